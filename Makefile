@@ -1,0 +1,53 @@
+# twinrun: `make demo` runs the embedded default arm (experiments/smoke-cpu.yaml) end to end on CPU;
+# `make test` runs the test suite. Both create the one virtual environment first (see README "Environment").
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SHARED_ALFWORLD := $(abspath ../shared/data/alfworld)
+ALFWORLD_DATA ?= $(if $(wildcard $(SHARED_ALFWORLD)/json_2.1.1),$(SHARED_ALFWORLD),)
+TWINRUN_CACHE ?= $(abspath .cache/twinrun)
+DEMO_OUT ?= runs/smoke-cpu
+PYTEST_ARGS ?=
+
+export ALFWORLD_DATA TWINRUN_CACHE
+export HF_HUB_OFFLINE=1
+export HF_DATASETS_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false
+export TRL_EXPERIMENTAL_SILENCE=1
+export RAY_AUTH_MODE=disabled
+export RAY_USAGE_STATS_ENABLED=0
+export WANDB_MODE=disabled
+
+.PHONY: env demo test test-fast plan bench clean-demo
+
+env: $(VENV)/.installed
+
+# torch goes in first, alone: its CPU wheel (2.13.0) is what every later requirement then resolves against;
+# asking for plain `torch` later would pull a multi-GB CUDA build. The lock pins the whole environment so pip
+# does not backtrack (frameworks-on-cpu.md).
+$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c requirements/cpu-lock.txt -e '.[all]'
+	touch $@
+
+demo: env
+	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
+	$(BIN)/twinrun run experiments/smoke-cpu.yaml --out $(DEMO_OUT) --resume
+
+test: env
+	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+test-fast: env
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+plan: env
+	$(BIN)/twinrun plan experiments/skillos-alfworld-qwen3-8b.yaml
+
+bench: env
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean-demo:
+	rm -rf $(DEMO_OUT)

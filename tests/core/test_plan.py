@@ -1,0 +1,113 @@
+"""`twinrun plan`: both backends compiled without importing either framework; counts refused when they differ."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from twinrun.core.spec import load_spec
+from twinrun.plan import build_plan
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+PAPER = EXPERIMENTS / "skillos-alfworld-qwen3-8b.yaml"
+SMOKE = EXPERIMENTS / "smoke-cpu.yaml"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twinrun.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_paper_arm_counts_are_equal_and_every_knob_has_a_status():
+    plan = build_plan(load_spec(PAPER))
+    assert plan["counts_equal"]
+    trl, verl = plan["backends"]["trl"]["counts"], plan["backends"]["verl"]["counts"]
+    assert trl == verl
+    # 32 task groups x 8 rollouts; |G| = 10 executor episodes per rollout; one update per step
+    assert trl == {
+        "curation_trajectories": 256,
+        "executor_episodes": 2560,
+        "optimizer_updates": 1,
+        "sequences_per_update": 256,
+        "training_steps": 60,
+    }
+    for row in plan["knobs"]:
+        assert row["status"] in ("equal", "divergent")
+        if row["status"] == "divergent":
+            assert row["why"], row
+
+
+def test_trl_pins_the_defaults_that_bit_the_earlier_reproduction():
+    cfg = build_plan(load_spec(PAPER))["backends"]["trl"]["config"]
+    assert cfg["loss_type"] == "dapo"  # pinned explicitly, not left to TRL's default
+    assert cfg["lr_scheduler_type"] == "constant"  # TRL's default is linear decay
+    assert cfg["steps_per_generation"] == 16 and cfg["gradient_accumulation_steps"] == 16
+    assert cfg["per_device_train_batch_size"] * 16 * cfg["steps_per_generation"] == 256
+    assert cfg["delta"] == 3.0 and cfg["epsilon"] == 0.2 and cfg["epsilon_high"] == 0.2
+    assert "generation_batch_size" not in cfg  # TRL refuses both; steps_per_generation is the one pinned
+    verl = build_plan(load_spec(PAPER))["backends"]["verl"]["config"]
+    assert verl["data.train_batch_size"] == 32 and verl["actor_rollout_ref.rollout.n"] == 8
+    assert verl["actor_rollout_ref.actor.entropy_coeff"] == 0.0
+    assert verl["actor_rollout_ref.actor.clip_ratio_c"] == 3.0
+    assert verl["algorithm.adv_estimator"] == "twinrun_grpo"
+
+
+def test_the_64_vs_32_mistake_is_refused():
+    # the earlier reproduction's verl run: train_batch_size=8 x n=8 = 64 against TRL's 32
+    spec = load_spec(PAPER, ["batch.groups_per_step=4", "overrides.verl={data.train_batch_size: 8, "
+                             "actor_rollout_ref.actor.ppo_mini_batch_size: 8}"])
+    plan = build_plan(spec)
+    assert not plan["counts_equal"]
+    assert "curation_trajectories" in plan["mismatched_counts"]
+    assert plan["backends"]["verl"]["counts"]["curation_trajectories"] == 64
+    assert plan["backends"]["trl"]["counts"]["curation_trajectories"] == 32
+
+
+def test_override_that_changes_a_knob_is_shown_divergent():
+    spec = load_spec(SMOKE, ["overrides.trl={learning_rate: 0.5}"])
+    row = next(r for r in build_plan(spec)["knobs"] if r["name"] == "lr")
+    assert row["status"] == "divergent" and "trl realises 0.5" in row["why"]
+
+
+def test_linear_schedule_is_divergent_on_verl():
+    row = next(r for r in build_plan(load_spec(SMOKE, ["optimizer.schedule=linear"]))["knobs"] if r["name"] == "schedule")
+    assert row["status"] == "divergent" and "verl" in row["why"]
+
+
+def test_cli_plan_json_schema_and_exit_codes():
+    out = run_cli("plan", str(PAPER), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data["backends"]) == {"trl", "verl"}
+    for b in ("trl", "verl"):
+        assert {"config", "counts"} <= set(data["backends"][b])
+    assert {"name", "neutral", "trl", "verl", "status", "why"} <= set(data["knobs"][0])
+
+    bad = run_cli("plan", str(PAPER), "--set", "overrides.verl={data.train_batch_size: 16, actor_rollout_ref.actor.ppo_mini_batch_size: 16}")
+    assert bad.returncode == 2
+    assert "per-step counts differ" in bad.stderr
+
+    err = run_cli("plan", str(PAPER), "--set", "optimizer.lr=0")
+    assert err.returncode == 2
+    assert err.stderr.strip() == "twinrun: error: optimizer.lr: 0.0 must be > 0 (fix: a positive learning rate, paper: 1e-6)"
+
+
+def test_plan_imports_no_framework():
+    code = (
+        "import sys; from twinrun.plan import build_plan; from twinrun.core.spec import load_spec;"
+        f"build_plan(load_spec({str(PAPER)!r}));"
+        "bad=[m for m in ('torch','trl','verl','ray','transformers','vllm') if m in sys.modules]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("micro", [3])
+def test_micro_batch_that_does_not_divide_is_refused(micro):
+    from twinrun.core.errors import TwinrunError
+
+    with pytest.raises(TwinrunError, match="batch.micro_batch_per_device: 3 x 1 device"):
+        build_plan(load_spec(SMOKE, [f"batch.micro_batch_per_device={micro}"]))

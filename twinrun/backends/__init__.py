@@ -1,0 +1,1 @@
+"""Thin framework adapters. Each imports its framework lazily; see registry.py."""

@@ -1,0 +1,185 @@
+"""spec -> TRL 1.16 `GRPOConfig` keyword arguments (pure python; `twinrun plan` shows exactly this).
+
+Every TRL default that differs from verl's, or that twinrun relies on, is pinned here explicitly (the earlier
+reproduction lost weeks to TRL's `dapo` loss and linear LR decay being left implicit, and to a floating
+`steps_per_generation`). Counts are re-derived from the final keyword arguments, after `spec.overrides["trl"]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twinrun.backends.compiled import (
+    CompiledBackend,
+    KnobSetting,
+    apply_native_overrides,
+    executor_episodes,
+    world_size,
+)
+from twinrun.core.errors import TwinrunError
+from twinrun.core.spec import ExperimentSpec
+
+TRL_VERSION = "1.16.0"
+
+# neutral loss aggregation -> TRL loss_type (advantage-semantics.md §9.1, §9.2 item 5)
+LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum": "dr_grpo"}
+SCHEDULE = {"constant": "constant", "linear": "linear", "cosine": "cosine"}
+# TRL applies the advantage from core; `scale_rewards` is pinned to the same scaling so TRL's own logged
+# reward statistics mean the same thing, and so the `trl` advantage preset reproduces TRL exactly.
+SCALE = {"group": "group", "batch": "batch", "none": "none"}
+
+
+def _schedule(spec: ExperimentSpec) -> str:
+    name = SCHEDULE[spec.optimizer.schedule]
+    if spec.optimizer.warmup_steps and name == "constant":
+        return "constant_with_warmup"  # HF's plain "constant" ignores warmup
+    return name
+
+
+def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
+    b = spec.batch
+    w = world_size(spec)
+    trajectories = b.trajectories
+    per_update = trajectories // b.minibatches
+    denom = b.micro_batch_per_device * w
+    if per_update % denom:
+        raise TwinrunError(
+            f"batch.micro_batch_per_device: {b.micro_batch_per_device} x {w} device(s) does not divide the "
+            f"{per_update} rollouts of one update (fix: choose a divisor of {per_update})"
+        )
+    grad_accum = per_update // denom
+    updates_per_step = b.minibatches * b.epochs
+    on_cpu = spec.resources.gpus_per_node == 0
+
+    kwargs: dict[str, Any] = {
+        # --- batch: neutral units -> TRL's generation/accumulation knobs (both pinned, none left to float)
+        "num_generations": b.rollouts_per_group,
+        "per_device_train_batch_size": b.micro_batch_per_device,
+        "gradient_accumulation_steps": grad_accum,
+        "steps_per_generation": b.minibatches * grad_accum,
+        "num_iterations": b.epochs,
+        "max_steps": spec.steps * updates_per_step,
+        "shuffle_dataset": False,  # core samples the task-group sequence; both backends see the same order
+        # --- optimiser (TRL default is linear decay: pinned)
+        "learning_rate": spec.optimizer.lr,
+        "lr_scheduler_type": _schedule(spec),
+        "warmup_steps": spec.optimizer.warmup_steps * updates_per_step,
+        "weight_decay": spec.optimizer.weight_decay,
+        "adam_beta1": spec.optimizer.betas[0],
+        "adam_beta2": spec.optimizer.betas[1],
+        "max_grad_norm": spec.optimizer.grad_clip,
+        "optim": "adamw_torch",
+        # --- policy loss
+        "loss_type": LOSS_TYPE[spec.algorithm.loss_aggregation],  # TRL default 'dapo': pinned either way
+        "scale_rewards": SCALE[spec.algorithm.scale],
+        "epsilon": spec.clip.low,
+        "epsilon_high": spec.clip.high,
+        "delta": spec.clip.dual_clip_c,  # verl's dual clip cannot be disabled: give TRL the same bound
+        "importance_sampling_level": "token",
+        "beta": spec.kl.coef,
+        "entropy_coef": spec.entropy_coef,
+        "top_entropy_quantile": 1.0,
+        "mask_truncated_completions": False,
+        "off_policy_mask_threshold": None,
+        "use_bias_correction_kl": False,
+        "vllm_importance_sampling_correction": False,
+        "multi_objective_aggregation": "sum_then_normalize",
+        "reward_weights": [1.0],  # one reward function: core's composite reward
+        "disable_dropout": True,
+        # --- sampling of the curator
+        "temperature": spec.sampling.temperature,
+        "top_p": spec.sampling.top_p,
+        "top_k": spec.sampling.top_k or 0,
+        "min_p": None,
+        "repetition_penalty": 1.0,
+        # --- lengths: one sequence per rollout, tool results (next inputs) count against the completion
+        "max_completion_length": spec.curator.max_completion_tokens,
+        "max_tool_calling_iterations": spec.environment.group_size,
+        # --- checkpoints and logging
+        "save_strategy": "steps",
+        "save_steps": spec.checkpoint_every * updates_per_step,
+        "save_only_model": False,
+        "logging_steps": 1,
+        "report_to": "none",
+        "seed": spec.seed,
+        "data_seed": spec.seed,
+        # --- precision / device
+        "bf16": spec.curator.precision == "bf16" and not on_cpu,
+        "use_cpu": on_cpu,
+        "gradient_checkpointing": False if on_cpu else True,
+        "use_vllm": False if on_cpu else True,
+    }
+    if not on_cpu:
+        kwargs["vllm_mode"] = "colocate"
+    kwargs = apply_native_overrides(kwargs, spec.overrides.get("trl", {}), "trl")
+    counts = derive_counts(spec, kwargs, w)
+    return CompiledBackend(backend="trl", framework=f"trl=={TRL_VERSION}", config=kwargs, counts=counts, knobs=_knobs(spec, kwargs))
+
+
+def derive_counts(spec: ExperimentSpec, kw: dict[str, Any], world: int) -> dict[str, int]:
+    """Per-step counts from TRL's own knobs (as TRL's GRPOConfig.__post_init__ derives them)."""
+    gen_batch = kw["per_device_train_batch_size"] * world * kw["steps_per_generation"]
+    updates_per_gen = (kw["steps_per_generation"] // kw["gradient_accumulation_steps"]) * kw["num_iterations"]
+    groups = gen_batch // kw["num_generations"]
+    return {
+        "curation_trajectories": gen_batch,
+        "executor_episodes": executor_episodes(spec, gen_batch, groups),
+        "optimizer_updates": updates_per_gen,
+        "sequences_per_update": kw["per_device_train_batch_size"] * world * kw["gradient_accumulation_steps"],
+        "training_steps": kw["max_steps"] // max(updates_per_gen, 1),
+    }
+
+
+def _knobs(spec: ExperimentSpec, kw: dict[str, Any]) -> dict[str, KnobSetting]:
+    k = KnobSetting
+    agg = kw["loss_type"]
+    return {
+        "rollouts_per_group": k(f"num_generations={kw['num_generations']}", kw["num_generations"]),
+        "groups_per_step": k(
+            f"steps_per_generation={kw['steps_per_generation']} x per_device_train_batch_size="
+            f"{kw['per_device_train_batch_size']} / num_generations",
+            kw["per_device_train_batch_size"] * world_size(spec) * kw["steps_per_generation"] // kw["num_generations"],
+        ),
+        "minibatches": k(
+            f"steps_per_generation/gradient_accumulation_steps={kw['steps_per_generation']}/{kw['gradient_accumulation_steps']}",
+            kw["steps_per_generation"] // kw["gradient_accumulation_steps"],
+        ),
+        "epochs": k(f"num_iterations={kw['num_iterations']}", kw["num_iterations"]),
+        "steps": k(f"max_steps={kw['max_steps']} (optimizer steps)", derive_counts(spec, kw, world_size(spec))["training_steps"]),
+        "lr": k(f"learning_rate={kw['learning_rate']}", kw["learning_rate"]),
+        "schedule": k(
+            f"lr_scheduler_type={kw['lr_scheduler_type']}", kw["lr_scheduler_type"].removesuffix("_with_warmup")
+        ),
+        "warmup_steps": k(f"warmup_steps={kw['warmup_steps']} (optimizer steps)", spec.optimizer.warmup_steps),
+        "weight_decay": k(f"weight_decay={kw['weight_decay']}", kw["weight_decay"]),
+        "betas": k(f"adam_beta1/2={kw['adam_beta1']}/{kw['adam_beta2']}", (kw["adam_beta1"], kw["adam_beta2"])),
+        "grad_clip": k(f"max_grad_norm={kw['max_grad_norm']}", kw["max_grad_norm"]),
+        "clip_low": k(f"epsilon={kw['epsilon']}", kw["epsilon"]),
+        "clip_high": k(f"epsilon_high={kw['epsilon_high']}", kw["epsilon_high"]),
+        "dual_clip_c": k(f"delta={kw['delta']}", kw["delta"]),
+        "kl_coef": k(f"beta={kw['beta']}", kw["beta"]),
+        "kl_estimator": k(
+            "k3 (TRL's only estimator)",
+            "k3",
+            None if spec.kl.estimator == "k3" else "TRL computes only the k3 KL estimator",
+        ),
+        "entropy_coef": k(f"entropy_coef={kw['entropy_coef']}", kw["entropy_coef"]),
+        "temperature": k(f"temperature={kw['temperature']}", kw["temperature"]),
+        "top_p": k(f"top_p={kw['top_p']}", kw["top_p"]),
+        "top_k": k(f"top_k={kw['top_k']}", kw["top_k"] or None),
+        "advantage": k(
+            f"core {spec.algorithm.estimator} (GRPOTrainer subclass replaces TRL's advantages)",
+            spec.algorithm.estimator,
+        ),
+        "advantage_scale": k(f"scale_rewards={kw['scale_rewards']} (core applies it)", kw["scale_rewards"]),
+        "loss_aggregation": k(f"loss_type={agg}", spec.algorithm.loss_aggregation),
+        "max_prompt_tokens": k("(no prompt cap in GRPOConfig 1.16; core truncates chi_1)", spec.curator.max_prompt_tokens),
+        "max_response_tokens": k(
+            "(no per-turn cap in the TRL tool loop)",
+            None,
+            "TRL's multi-turn loop caps only the whole completion, not each curator turn",
+        ),
+        "max_completion_tokens": k(f"max_completion_length={kw['max_completion_length']}", kw["max_completion_length"]),
+        "checkpoint_every": k(f"save_steps={kw['save_steps']} (optimizer steps)", spec.checkpoint_every),
+        "seed": k(f"seed={kw['seed']}", kw["seed"]),
+    }

@@ -1,0 +1,185 @@
+"""spec -> hydra overrides for verl 0.9.1 `verl.trainer.main_ppo` (pure python; `twinrun plan` shows this).
+
+verl's unit is the prompt: `data.train_batch_size` task groups, each rolled out `rollout.n` times, so one step is
+`train_batch_size x n` curation rollouts. The earlier reproduction set train_batch_size=8 x n=8 = 64 against
+TRL's 32; counts below are re-derived from the final overrides, after `spec.overrides["verl"]`.
+CPU-only settings (the transformers rollout, the CPU platform) are added by the backend's train(), not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twinrun.backends.compiled import (
+    CompiledBackend,
+    KnobSetting,
+    apply_native_overrides,
+    executor_episodes,
+)
+from twinrun.core.errors import TwinrunError
+from twinrun.core.spec import ExperimentSpec
+
+VERL_VERSION = "0.9.1"
+
+A = "actor_rollout_ref.actor"
+R = "actor_rollout_ref.rollout"
+
+LOSS_AGG = {
+    "token_mean": "token-mean",
+    "seq_mean_token_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum": "seq-mean-token-sum-norm",
+}
+KL_TYPE = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+# verl's FSDP optimizer accepts constant and cosine only (workers/config/optimizer.py)
+SCHEDULE = {"constant": "constant", "cosine": "cosine", "linear": "linear"}
+
+AGENT_LOOP = "twinrun_curator"  # registered by twinrun.backends.verl.plugin
+
+
+def estimator_name(spec: ExperimentSpec) -> str:
+    return f"twinrun_{spec.algorithm.estimator}"
+
+
+def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
+    b = spec.batch
+    mini = b.groups_per_step // b.minibatches  # verl counts ppo_mini_batch_size in prompts (x n internally)
+    ov: dict[str, Any] = {
+        # --- batch in verl's units
+        "data.train_batch_size": b.groups_per_step,
+        f"{R}.n": b.rollouts_per_group,
+        f"{A}.ppo_mini_batch_size": mini,
+        f"{A}.ppo_micro_batch_size_per_gpu": b.micro_batch_per_device,
+        f"{A}.ppo_epochs": b.epochs,
+        f"{A}.shuffle": False,
+        "data.shuffle": False,  # core samples the task-group sequence
+        "trainer.total_training_steps": spec.steps,
+        "trainer.balance_batch": False,  # reorders rows across micro-batches; TRL has no counterpart
+        # --- advantage: core's estimator through the plugin (the same function TRL's subclass calls)
+        "algorithm.adv_estimator": estimator_name(spec),
+        "algorithm.norm_adv_by_std_in_grpo": spec.algorithm.scale == "group",
+        "algorithm.use_kl_in_reward": False,
+        "algorithm.gamma": spec.algorithm.gamma,
+        "algorithm.filter_groups.enable": False,
+        # --- optimiser
+        f"{A}.optim.lr": spec.optimizer.lr,
+        f"{A}.optim.lr_scheduler_type": SCHEDULE[spec.optimizer.schedule],
+        f"{A}.optim.lr_warmup_steps": spec.optimizer.warmup_steps,
+        f"{A}.optim.lr_warmup_steps_ratio": 0.0,
+        f"{A}.optim.weight_decay": spec.optimizer.weight_decay,
+        f"{A}.optim.betas": list(spec.optimizer.betas),
+        f"{A}.optim.clip_grad": spec.optimizer.grad_clip,
+        f"{A}.optim.min_lr_ratio": 0.0,
+        # --- policy loss
+        f"{A}.policy_loss.loss_mode": "vanilla",
+        f"{A}.loss_agg_mode": LOSS_AGG[spec.algorithm.loss_aggregation],
+        f"{A}.clip_ratio_low": spec.clip.low,
+        f"{A}.clip_ratio_high": spec.clip.high,
+        f"{A}.clip_ratio_c": spec.clip.dual_clip_c,
+        f"{A}.use_kl_loss": spec.kl.coef > 0,
+        f"{A}.kl_loss_coef": spec.kl.coef,
+        f"{A}.kl_loss_type": KL_TYPE[spec.kl.estimator],
+        f"{A}.entropy_coeff": spec.entropy_coef,
+        # --- curator sampling
+        f"{R}.temperature": spec.sampling.temperature,
+        f"{R}.top_p": spec.sampling.top_p,
+        f"{R}.top_k": spec.sampling.top_k if spec.sampling.top_k is not None else -1,
+        f"{R}.do_sample": True,
+        f"{R}.calculate_log_probs": True,
+        # --- lengths: one sequence per rollout (agent loop); tool results are response tokens with mask 0
+        "data.max_prompt_length": spec.curator.max_prompt_tokens,
+        "data.max_response_length": spec.curator.max_completion_tokens,
+        f"{R}.multi_turn.max_assistant_turns": spec.environment.group_size,
+        f"{R}.agent.default_agent_loop": AGENT_LOOP,
+        # --- checkpoints, resources, seed
+        "trainer.save_freq": spec.checkpoint_every,
+        "trainer.test_freq": -1,
+        "trainer.val_before_train": False,
+        "trainer.nnodes": spec.resources.nodes,
+        "trainer.n_gpus_per_node": max(spec.resources.gpus_per_node, 1),
+        "trainer.logger": ["console"],
+        "data.seed": spec.seed,
+        f"{R}.seed": spec.seed,
+        f"{A}.fsdp_config.model_dtype": "bf16" if spec.curator.precision == "bf16" else "fp32",
+    }
+    ov = apply_native_overrides(ov, spec.overrides.get("verl", {}), "verl")
+    counts = derive_counts(spec, ov)
+    return CompiledBackend(backend="verl", framework=f"verl=={VERL_VERSION}", config=ov, counts=counts, knobs=_knobs(spec, ov))
+
+
+def derive_counts(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, int]:
+    """Per-step counts from verl's own knobs (as RayPPOTrainer and the FSDP workers derive them)."""
+    groups = int(ov["data.train_batch_size"])
+    n = int(ov[f"{R}.n"])
+    mini = int(ov[f"{A}.ppo_mini_batch_size"])
+    if mini <= 0 or groups % mini:
+        raise TwinrunError(
+            f"overrides.verl: ppo_mini_batch_size={mini} does not divide data.train_batch_size={groups} "
+            "(fix: remove the override or choose a divisor)"
+        )
+    trajectories = groups * n
+    return {
+        "curation_trajectories": trajectories,
+        "executor_episodes": executor_episodes(spec, trajectories, groups),
+        "optimizer_updates": (groups // mini) * int(ov[f"{A}.ppo_epochs"]),
+        "sequences_per_update": mini * n,
+        "training_steps": int(ov["trainer.total_training_steps"]),
+    }
+
+
+def _knobs(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, KnobSetting]:
+    k = KnobSetting
+    c = derive_counts(spec, ov)
+    sched = ov[f"{A}.optim.lr_scheduler_type"]
+    return {
+        "rollouts_per_group": k(f"rollout.n={ov[f'{R}.n']}", ov[f"{R}.n"]),
+        "groups_per_step": k(f"data.train_batch_size={ov['data.train_batch_size']}", ov["data.train_batch_size"]),
+        "minibatches": k(
+            f"train_batch_size/ppo_mini_batch_size={ov['data.train_batch_size']}/{ov[f'{A}.ppo_mini_batch_size']}",
+            ov["data.train_batch_size"] // ov[f"{A}.ppo_mini_batch_size"],
+        ),
+        "epochs": k(f"actor.ppo_epochs={ov[f'{A}.ppo_epochs']}", ov[f"{A}.ppo_epochs"]),
+        "steps": k(f"trainer.total_training_steps={ov['trainer.total_training_steps']}", c["training_steps"]),
+        "lr": k(f"actor.optim.lr={ov[f'{A}.optim.lr']}", ov[f"{A}.optim.lr"]),
+        "schedule": k(
+            f"actor.optim.lr_scheduler_type={sched}",
+            sched,
+            "verl's FSDP optimizer has no linear schedule (constant, cosine only)" if sched == "linear" else None,
+        ),
+        "warmup_steps": k(f"actor.optim.lr_warmup_steps={ov[f'{A}.optim.lr_warmup_steps']}", ov[f"{A}.optim.lr_warmup_steps"]),
+        "weight_decay": k(f"actor.optim.weight_decay={ov[f'{A}.optim.weight_decay']}", ov[f"{A}.optim.weight_decay"]),
+        "betas": k(f"actor.optim.betas={ov[f'{A}.optim.betas']}", tuple(ov[f"{A}.optim.betas"])),
+        "grad_clip": k(f"actor.optim.clip_grad={ov[f'{A}.optim.clip_grad']}", ov[f"{A}.optim.clip_grad"]),
+        "clip_low": k(f"actor.clip_ratio_low={ov[f'{A}.clip_ratio_low']}", ov[f"{A}.clip_ratio_low"]),
+        "clip_high": k(f"actor.clip_ratio_high={ov[f'{A}.clip_ratio_high']}", ov[f"{A}.clip_ratio_high"]),
+        "dual_clip_c": k(f"actor.clip_ratio_c={ov[f'{A}.clip_ratio_c']}", ov[f"{A}.clip_ratio_c"]),
+        "kl_coef": k(
+            f"actor.use_kl_loss={ov[f'{A}.use_kl_loss']}, kl_loss_coef={ov[f'{A}.kl_loss_coef']}",
+            ov[f"{A}.kl_loss_coef"] if ov[f"{A}.use_kl_loss"] else 0.0,
+        ),
+        "kl_estimator": k(
+            f"actor.kl_loss_type={ov[f'{A}.kl_loss_type']}",
+            {v: key for key, v in KL_TYPE.items()}.get(ov[f"{A}.kl_loss_type"], ov[f"{A}.kl_loss_type"]),
+            "verl clamps k3 to [-10, 10] and the log-ratio to +-20; TRL clamps neither" if ov[f"{A}.kl_loss_type"] == "low_var_kl" and ov[f"{A}.use_kl_loss"] else None,
+        ),
+        "entropy_coef": k(f"actor.entropy_coeff={ov[f'{A}.entropy_coeff']}", ov[f"{A}.entropy_coeff"]),
+        "temperature": k(f"rollout.temperature={ov[f'{R}.temperature']}", ov[f"{R}.temperature"]),
+        "top_p": k(f"rollout.top_p={ov[f'{R}.top_p']}", ov[f"{R}.top_p"]),
+        "top_k": k(f"rollout.top_k={ov[f'{R}.top_k']}", None if ov[f"{R}.top_k"] in (-1, 0) else ov[f"{R}.top_k"]),
+        "advantage": k(f"algorithm.adv_estimator={ov['algorithm.adv_estimator']}", ov["algorithm.adv_estimator"].removeprefix("twinrun_")),
+        "advantage_scale": k(
+            f"algorithm.norm_adv_by_std_in_grpo={ov['algorithm.norm_adv_by_std_in_grpo']} (core applies the spec's scale)",
+            spec.algorithm.scale,
+        ),
+        "loss_aggregation": k(
+            f"actor.loss_agg_mode={ov[f'{A}.loss_agg_mode']}",
+            {v: key for key, v in LOSS_AGG.items()}.get(ov[f"{A}.loss_agg_mode"], ov[f"{A}.loss_agg_mode"]),
+        ),
+        "max_prompt_tokens": k(f"data.max_prompt_length={ov['data.max_prompt_length']}", ov["data.max_prompt_length"]),
+        "max_response_tokens": k(
+            f"agent loop sampling max_tokens={spec.curator.max_response_tokens} per curator turn",
+            spec.curator.max_response_tokens,
+        ),
+        "max_completion_tokens": k(f"data.max_response_length={ov['data.max_response_length']}", ov["data.max_response_length"]),
+        "checkpoint_every": k(f"trainer.save_freq={ov['trainer.save_freq']}", ov["trainer.save_freq"]),
+        "seed": k(f"data.seed={ov['data.seed']}", ov["data.seed"]),
+    }

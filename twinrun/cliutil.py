@@ -1,0 +1,23 @@
+"""Small pieces shared by the commands in twinrun/commands: spec options and JSON printing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from twinrun.core.spec import ExperimentSpec, load_spec
+
+SetOption = typer.Option([], "--set", help="override a spec field: --set optimizer.lr=1e-6 (repeatable)")
+
+
+def spec_from_cli(path: Path, sets: list[str]) -> ExperimentSpec:
+    return load_spec(path, sets)
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")

@@ -1,0 +1,52 @@
+"""`twinrun doctor`: what is installed, which backends can train, where the data is."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import shutil
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def doctor() -> None:
+    """Check the environment: framework versions against the pins, ALFWORLD_DATA, Java for ScienceWorld."""
+    from twinrun.backends.registry import BACKENDS, missing_dependencies
+    from twinrun.backends.trl.compile import TRL_VERSION
+    from twinrun.backends.verl.compile import VERL_VERSION
+
+    console = Console()
+    t = Table(title="twinrun doctor")
+    t.add_column("check")
+    t.add_column("found")
+    t.add_column("status")
+    pins = {"trl": TRL_VERSION, "verl": VERL_VERSION}
+    for dist in ("torch", "transformers", "trl", "verl", "ray", "alfworld", "textworld", "scienceworld", "bm25s"):
+        v = _version(dist)
+        want = pins.get(dist)
+        ok = v is not None and (want is None or v == want)
+        t.add_row(dist, v or "-", "ok" if ok else (f"want {want}" if v else "missing"))
+    for name, e in BACKENDS.items():
+        miss = missing_dependencies(name)
+        t.add_row(f"backend {name}", "ready" if not miss else f"missing {', '.join(miss)}",
+                  "ok" if not miss else f"pip install 'twinrun[{e.extra}]'")
+    data = os.environ.get("ALFWORLD_DATA")
+    has = bool(data) and Path(data, "json_2.1.1").is_dir()
+    t.add_row("ALFWORLD_DATA", data or "-", "ok" if has else "set it to a folder with json_2.1.1/")
+    java = shutil.which("java")
+    t.add_row("java (ScienceWorld)", java or "-", "ok" if java else "install a JRE 17")
+    console.print(t)

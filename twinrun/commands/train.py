@@ -1,0 +1,47 @@
+"""`twinrun train SPEC --backend B --out DIR [--resume]`: train the curator arm under one framework."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from twinrun.cliutil import SetOption, spec_from_cli
+from twinrun.core.errors import TwinrunError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+
+
+def cache_dir_option(value: Path | None) -> Path | None:
+    """--cache, else $TWINRUN_CACHE (documented in README): where tiny local models and warm starts are kept."""
+    if value is not None:
+        return value
+    env = os.environ.get("TWINRUN_CACHE")
+    return Path(env) if env else None
+
+
+def train(
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="experiment spec (YAML)"),
+    backend: str = typer.Option(..., "--backend", help="trl or verl"),
+    out: Path = typer.Option(..., "--out", help="run directory (never silently overwritten)"),
+    resume: bool = typer.Option(False, "--resume", help="continue from the last complete checkpoint"),
+    sets: list[str] = SetOption,
+    cache: Path | None = typer.Option(None, "--cache", help="model cache (default: $TWINRUN_CACHE)"),
+) -> None:
+    """Train SPEC's curator with one backend; refuses if the spec's backends would not run the same work."""
+    from twinrun.backends import registry
+    from twinrun.plan import build_plan
+
+    spec = spec_from_cli(spec_path, sets)
+    if backend not in spec.backends:
+        raise TwinrunError(f"--backend: {backend!r} is not in the spec's backends {spec.backends} (fix: add it there)")
+    plan = build_plan(spec)
+    if not plan["counts_equal"]:
+        raise TwinrunError(
+            f"plan: per-step counts differ between backends ({', '.join(plan['mismatched_counts'])}); "
+            "refusing to train an arm its twin would not match (fix: run `twinrun plan` and align the knobs)"
+        )
+    registry.trainer(backend)(spec, out, resume=resume, cache_dir=cache_dir_option(cache))

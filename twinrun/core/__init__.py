@@ -1,0 +1,1 @@
+"""Backend-agnostic core. Never imports trl, verl, ray, vllm or torch at module level (tests enforce it)."""

@@ -1,0 +1,13 @@
+"""The one exception family the CLI turns into a one-line message and exit code 2."""
+
+
+class TwinrunError(Exception):
+    """Bad input or a refused operation. ``str(err)`` is one line: field/value, rule, fix."""
+
+
+class DependencyMissing(TwinrunError):
+    """An optional dependency (a backend's framework) is not installed; the message names the extra."""
+
+
+class InfrastructureError(Exception):
+    """An endpoint, simulator or worker failed. Never a task failure: the episode becomes `unmeasured`."""

@@ -1,0 +1,277 @@
+"""Records: the interface between stages. Crash-safe JSON lines with a schema version and provenance.
+
+Writes are append-only and durable: each row is one `write` of one line, then flush + fsync. A crash can leave
+at most one torn last line; :func:`read_jsonl` drops it (and says so), and `JsonlWriter` truncates it before
+appending, so resuming never duplicates or loses a complete row.
+
+Whole files (configs, summaries) are written with :func:`atomic_write_text` (temp file + fsync + rename).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Outcome = Literal["success", "failure", "unmeasured"]
+
+
+from twinrun.core.errors import TwinrunError
+
+
+class RecordError(TwinrunError, ValueError):
+    """A record file that cannot be used (one line: file, line number, problem)."""
+
+
+# ------------------------------------------------------------------------------------------------------------
+# File primitives
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write a whole file atomically: readers see the old or the new content, never a mix."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+    try:  # make the rename itself durable
+        dfd = os.open(p.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, BaseModel):
+        return o.model_dump(mode="json")
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "tolist"):  # numpy scalars/arrays without importing numpy here
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def _dumps_row(row: dict[str, Any]) -> str:
+    # NaN/inf are not JSON: a record never holds them (unmeasured values are null)
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise RecordError(f"record field {k}: {v} is not finite (fix: use null for unmeasured values)")
+    return json.dumps(row, sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=False)
+
+
+def _complete_prefix_len(path: Path) -> int:
+    """Byte length of the file up to and including its last newline (a torn tail line is excluded)."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with open(path, "rb") as f:
+        step = 1 << 16
+        pos = size
+        while pos > 0:
+            start = max(0, pos - step)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                return start + i + 1
+            pos = start
+    return 0
+
+
+class JsonlWriter:
+    """Append rows to a JSONL file durably. Opening truncates a torn last line left by a crash."""
+
+    def __init__(self, path: str | Path, fsync: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fsync = fsync
+        if self.path.exists():
+            keep = _complete_prefix_len(self.path)
+            if keep != self.path.stat().st_size:
+                with open(self.path, "r+b") as f:
+                    f.truncate(keep)
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def write(self, row: dict[str, Any] | BaseModel) -> None:
+        if isinstance(row, BaseModel):
+            row = row.model_dump(mode="json")
+        self._f.write(_dumps_row(row) + "\n")
+        self._f.flush()
+        if self._fsync:
+            os.fsync(self._f.fileno())
+
+    def write_many(self, rows: Iterable[dict[str, Any] | BaseModel]) -> None:
+        for r in rows:
+            self.write(r)
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict[str, Any]]:
+    """Yield complete rows. A torn final line (crash mid-write) is skipped; a bad line elsewhere is an error."""
+    p = Path(path)
+    if not p.exists():
+        return
+    with open(p, encoding="utf-8") as f:
+        lines = f.readlines()
+    for n, line in enumerate(lines, 1):
+        if not line.endswith("\n"):
+            if strict:
+                raise RecordError(f"{p}:{n}: torn last line (a crash mid-write; fix: rerun to resume)")
+            return
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{p}:{n}: not JSON ({e.msg}; fix: remove or repair the line)") from None
+        if not isinstance(row, dict):
+            raise RecordError(f"{p}:{n}: a JSON {type(row).__name__}, not an object (fix: one object per line)")
+        yield row
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Provenance
+
+
+class Provenance(BaseModel):
+    """Where a row came from. Every record type carries one."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = SCHEMA_VERSION
+    twinrun_version: str
+    spec_hash: str | None = None
+    run_id: str | None = None
+    backend: str | None = None
+    framework_version: str | None = None
+    checkpoint: str | None = None
+    checkpoint_hash: str | None = None
+    seed: int | None = None
+    executor_settings_hash: str | None = None
+    host: str = Field(default_factory=socket.gethostname)
+    python: str = Field(default_factory=platform.python_version)
+    time: float = Field(default_factory=time.time)
+
+
+def twinrun_version() -> str:
+    from twinrun import __version__
+
+    return __version__
+
+
+def provenance(**kw: Any) -> Provenance:
+    return Provenance(twinrun_version=twinrun_version(), **kw)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Neutral record schemas
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = SCHEMA_VERSION
+
+
+class EpisodeRecord(_Row):
+    """One executor episode (one game played at one position of a curation rollout, or in a sweep)."""
+
+    kind: Literal["episode"] = "episode"
+    game_id: str
+    task_type: str
+    position: int | None = None  # 1-based position within the task group; None in a sweep's baseline
+    outcome: Outcome
+    unmeasured_reason: str | None = None
+    score: float | None = None  # env score (ALFWorld 0/1, ScienceWorld 0..100, negative allowed)
+    steps: int = 0
+    executor_calls: int = 0
+    invalid_actions: int = 0
+    retrieved_skills: list[str] = Field(default_factory=list)
+    wall_s: float = 0.0
+    executor_settings_hash: str | None = None
+
+
+class StepMetrics(_Row):
+    """One training step, the same schema for every backend (metrics.jsonl)."""
+
+    kind: Literal["step"] = "step"
+    step: int
+    backend: str
+    reward_mean: float | None
+    reward_std: float | None
+    reward_terms: dict[str, float | None] = Field(default_factory=dict)  # r_task, r_fc, r_cnt, r_comp means
+    r_task_measured_mean: float | None = None
+    positions_measured_mean: float | None = None
+    positions_measured_min: int | None = None
+    curation_rollouts: int
+    executor_episodes: int
+    executor_calls: int
+    unmeasured_episodes: int
+    optimizer_updates: int
+    tool_calls: int = 0
+    tool_failures: int = 0
+    entropy: float | None = None
+    kl: float | None = None
+    grad_norm: float | None = None
+    clip_fraction: float | None = None
+    completion_length_mean: float | None = None
+    wall_s: dict[str, float] = Field(default_factory=dict)  # phase -> seconds (rollout, update, ...)
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of one training run directory (no defaults: the caller names the directory)."""
+
+    root: Path
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "spec.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def rollouts(self) -> Path:
+        return self.root / "rollouts.jsonl"
+
+    @property
+    def episodes(self) -> Path:
+        return self.root / "episodes.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f"step-{step:06d}"

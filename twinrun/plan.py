@@ -1,0 +1,160 @@
+"""`twinrun plan`: compile one spec for every backend and say, knob by knob, whether the arms are the same.
+
+No framework is imported: the backends' `compile_spec` functions are pure python. The plan refuses (exit 2)
+when the realised per-step counts differ between backends; knobs that cannot be made equal are listed as
+`divergent` with the reason (advantage-semantics.md §9.2), never hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from twinrun.backends import registry
+from twinrun.backends.compiled import COUNT_NAMES, CompiledBackend
+from twinrun.core.spec import ExperimentSpec
+
+
+@dataclass(frozen=True)
+class KnobRow:
+    name: str
+    neutral: Any
+    settings: dict[str, str]  # backend -> native spelling
+    status: str  # "equal" | "divergent"
+    why: str
+
+
+def neutral_values(spec: ExperimentSpec) -> dict[str, Any]:
+    b, o, a = spec.batch, spec.optimizer, spec.algorithm
+    return {
+        "rollouts_per_group": b.rollouts_per_group,
+        "groups_per_step": b.groups_per_step,
+        "minibatches": b.minibatches,
+        "epochs": b.epochs,
+        "steps": spec.steps,
+        "lr": o.lr,
+        "schedule": o.schedule,
+        "warmup_steps": o.warmup_steps,
+        "weight_decay": o.weight_decay,
+        "betas": tuple(o.betas),
+        "grad_clip": o.grad_clip,
+        "clip_low": spec.clip.low,
+        "clip_high": spec.clip.high,
+        "dual_clip_c": spec.clip.dual_clip_c,
+        "kl_coef": spec.kl.coef,
+        "kl_estimator": spec.kl.estimator,
+        "entropy_coef": spec.entropy_coef,
+        "temperature": spec.sampling.temperature,
+        "top_p": spec.sampling.top_p,
+        "top_k": spec.sampling.top_k,
+        "advantage": a.estimator,
+        "advantage_scale": a.scale,
+        "loss_aggregation": a.loss_aggregation,
+        "max_prompt_tokens": spec.curator.max_prompt_tokens,
+        "max_response_tokens": spec.curator.max_response_tokens,
+        "max_completion_tokens": spec.curator.max_completion_tokens,
+        "checkpoint_every": spec.checkpoint_every,
+        "seed": spec.seed,
+    }
+
+
+def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
+    """Differences that no knob removes (advantage-semantics.md §9.2), stated for this spec."""
+    both = {b: "(framework)" for b in backends}
+    rows = [
+        KnobRow(
+            "advantage_math", f"core {spec.algorithm.estimator}, eps={spec.algorithm.eps}",
+            {b: "core.advantages.compute_advantages" for b in backends}, "equal",
+            "both backends call the same core function (group stats, eps, singletons, unmeasured rollouts)",
+        ),
+        KnobRow(
+            "sample_unit", "one sequence per curation rollout",
+            {"trl": "environment_factory tool loop", "verl": "curator agent loop"}, "equal",
+            "both train one sequence per rollout whose context accumulates every turn and tool result",
+        ),
+        KnobRow(
+            "completion_overflow", spec.curator.max_completion_tokens,
+            {"trl": "drops the overflowing tool result and stops", "verl": "truncates the response"}, "divergent",
+            "the frameworks end an over-long rollout differently; core still plays every position (finish())",
+        ),
+        KnobRow(
+            "log_ratio_clamp", None, {"trl": "none", "verl": "clamp(logp-old, -20, 20)"}, "divergent",
+            "verl clamps the log-ratio before exp; matters only for extreme off-policy tokens",
+        ),
+        KnobRow(
+            "generation_numerics", None, both, "divergent",
+            "different generation engines and kernels (TRL generate/vLLM colocate vs verl rollout server)",
+        ),
+        KnobRow(
+            "sampling_rng", spec.seed, both, "divergent",
+            "sampling seeds, uuids and shuffles cannot be aligned across engines: compare curves over seeds",
+        ),
+    ]
+    if spec.algorithm.loss_aggregation == "seq_mean_token_sum":
+        rows.append(KnobRow(
+            "loss_normaliser", "seq_mean_token_sum",
+            {"trl": "dr_grpo: sum / (batch x max_completion_length)", "verl": "seq-mean-token-sum-norm: sum / max_len"},
+            "divergent", "verl's mode does not divide by the number of sequences",
+        ))
+    if spec.batch.minibatches > 1:
+        rows.append(KnobRow(
+            "minibatch_composition", spec.batch.minibatches,
+            {"trl": "shuffles the generation batch before splitting", "verl": "contiguous (balance_batch off)"},
+            "divergent", "which rollouts share an update differs when a step has more than one update",
+        ))
+    if spec.kl.coef > 0 and spec.algorithm.loss_aggregation != "token_mean":
+        rows.append(KnobRow(
+            "kl_placement", spec.kl.coef,
+            {"trl": "beta*KL inside each token's loss", "verl": "separate agg_loss over KL"}, "divergent",
+            "equal only under token-mean aggregation",
+        ))
+    return rows
+
+
+def build_plan(spec: ExperimentSpec, backends: list[str] | None = None) -> dict[str, Any]:
+    """Return the plan as a JSON-able dict: backends' configs and counts, knob rows, counts_equal."""
+    names = backends or list(spec.backends)
+    compiled: dict[str, CompiledBackend] = {n: registry.compiler(n)(spec) for n in names}
+    neutral = neutral_values(spec)
+    rows: list[KnobRow] = []
+    for knob, value in neutral.items():
+        settings, reasons, realised = {}, [], []
+        for n, c in compiled.items():
+            ks = c.knobs.get(knob)
+            if ks is None:
+                settings[n] = "(not mapped)"
+                reasons.append(f"{n} has no mapping for this knob")
+                continue
+            settings[n] = ks.setting
+            realised.append(ks.value)
+            if ks.divergence:
+                reasons.append(f"{n}: {ks.divergence}")
+            elif _norm(ks.value) != _norm(value):
+                reasons.append(f"{n} realises {ks.value!r}, spec says {value!r} (an override?)")
+        status = "divergent" if reasons else "equal"
+        rows.append(KnobRow(knob, value, settings, status, "; ".join(reasons)))
+    if len(names) > 1:
+        rows.extend(structural_rows(spec, names))
+
+    counts = {n: c.counts for n, c in compiled.items()}
+    mismatched = [
+        k for k in COUNT_NAMES if len({counts[n][k] for n in names}) > 1
+    ]
+    return {
+        "spec": {"name": spec.name, "hash": spec.spec_hash()},
+        "backends": {n: c.to_json() for n, c in compiled.items()},
+        "knobs": [
+            {"name": r.name, "neutral": r.neutral, **{n: r.settings.get(n) for n in names}, "status": r.status, "why": r.why}
+            for r in rows
+        ],
+        "counts_equal": not mismatched,
+        "mismatched_counts": mismatched,
+    }
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return tuple(_norm(x) for x in v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
