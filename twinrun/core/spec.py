@@ -114,6 +114,9 @@ class EnvironmentSpec(_Strict):
     name: Literal["alfworld", "sciworld"]
     split: str = Field("valid_train", description="games that task groups are drawn from for training")
     eval_split: str = Field("valid_seen", description="held-out games for sweeps")
+    eval_games: int | None = Field(
+        None, ge=1, description="sweep on this many held-out games (a fixed, seeded, type-stratified subset); null = all"
+    )
     task_types: list[str] | None = Field(None, description="None = all types, round-robin")
     group_size: int = Field(10, description="|G|: positions (tasks) per curation rollout")
     share_first_position: bool = Field(
