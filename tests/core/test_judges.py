@@ -1,0 +1,263 @@
+"""Judges: rules checks, verdict parsing, caching, and the openai judge against a real loopback HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from twinrun.core.judges import (
+    Judge,
+    JudgeError,
+    JudgeRequest,
+    OpenAIJudge,
+    RulesJudge,
+    VerdictCache,
+    judge_for_experiment,
+    make_judge,
+    parse_verdict,
+)
+from twinrun.core.skills import Skill
+from twinrun.core.spec import JudgeSpec, spec_from_dict
+from twinrun.testing.local_openai import LocalOpenAIServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROMPT = (REPO_ROOT / "experiments" / "prompts" / "judge.md").read_text(encoding="utf-8")
+
+GOOD = Skill(
+    "heat-then-place",
+    "Use when a task says to heat an object and put it in a receptacle.",
+    "# Workflow\n1. Find the object and take it.\n2. Go to the microwave and heat it.\n3. Put it in the target.\n",
+)
+TRAJECTORY = (
+    "> go to countertop 1\nYou arrive at countertop 1. On the countertop 1, you see a egg 2, and a knife 1.\n"
+    "> take egg 2 from countertop 1\nYou pick up the egg 2 from the countertop 1.\n"
+    "> go to microwave 1\nThe microwave 1 is closed.\n> heat egg 2 with microwave 1\nYou heat the egg 2 using the microwave 1.\n"
+)
+
+
+def req(skill: Skill = GOOD, trajectory: str = TRAJECTORY) -> JudgeRequest:
+    return JudgeRequest(skill=skill, task="heat some egg and put it in garbagecan", trajectory=trajectory, outcome="success")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Rules judge
+
+
+def test_rules_judge_accepts_a_good_skill() -> None:
+    v = RulesJudge().judge(req())
+    assert v.valid is True and not v.cached
+
+
+@pytest.mark.parametrize(
+    "skill,fragment",
+    [
+        (Skill("heat-it", "Use when heating objects in ALFWorld.", "Just heat it."), "list-item steps"),
+        (Skill("heat-it", "heat it", "- a\n- b\n"), "description says too little"),
+        (Skill("heat-it", "Heat things, quickly now.", "- a\n- b\n"), None),
+        (Skill("copy-cat", "Use when heating an egg.", "- " + TRAJECTORY.replace("\n", "\n- ")), "copied from the trajectory"),
+    ],
+)
+def test_rules_judge_checks(skill: Skill, fragment: str | None) -> None:
+    v = RulesJudge().judge(req(skill))
+    if fragment is None:
+        assert v.valid is True
+    else:
+        assert v.valid is False and fragment in v.reason
+
+
+def test_rules_judge_caches_by_content_hash() -> None:
+    judge = RulesJudge()
+    first = judge.judge(req())
+    again = judge.judge(req())
+    assert again.cached and again.valid == first.valid and len(judge.cache) == 1
+    # another trajectory is another judged content (the copy check reads it): not a cache hit
+    assert not judge.judge(req(trajectory="> look\nYou are in a room.")).cached
+    assert len(judge.cache) == 2
+    assert isinstance(judge, Judge)
+    assert asyncio.run(judge.ajudge(req())).cached
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Verdict parsing
+
+
+@pytest.mark.parametrize(
+    "text,verdict",
+    [
+        ('{"VALID": true, "reason": "ok"}', True),
+        ('{"VALID": false, "reason": "vague"}', False),
+        ('{"valid": "VALID"}', True),
+        ('{"Valid": "invalid"}', False),
+        ('<think>maybe {"VALID": false}</think>\n{"VALID": true, "reason": "fine"}', True),
+        ('reasoning about {"VALID": false} ... </think>\n```json\n{"VALID": true}\n```', True),
+        ('First {"VALID": true}, on reflection {"VALID": false, "reason": "wrong"}', False),
+        ("The skill is good.\n**VALID**", True),
+        ("INVALID", False),
+        ('{"VALID": "maybe"}', None),
+        ('{"score": 1}', None),
+        ("I think it is fine", None),
+        ("", None),
+        ('{"VALID": tru', None),
+    ],
+)
+def test_parse_verdict(text: str, verdict: bool | None) -> None:
+    got, reason = parse_verdict(text)
+    assert got is verdict
+    assert isinstance(reason, str)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# OpenAI-compatible judge against a real local HTTP server
+
+
+def answer(text: str):
+    return lambda request: text
+
+
+def openai_judge(srv: LocalOpenAIServer, **kw) -> OpenAIJudge:
+    kw.setdefault("prompt", PROMPT)
+    kw.setdefault("retries", 2)
+    kw.setdefault("backoff_s", 0.01)
+    kw.setdefault("timeout_s", 5.0)
+    return OpenAIJudge(base_url=srv.base_url, model="judge-model", **kw)
+
+
+def test_openai_judge_valid_verdict_and_cache() -> None:
+    seen: list[dict] = []
+
+    def responder(request: dict) -> str:
+        seen.append(request)
+        return '<think>looks fine</think>{"VALID": true, "reason": "actionable"}'
+
+    with LocalOpenAIServer(responder) as srv:
+        judge = openai_judge(srv)
+        v = judge.judge(req())
+        assert (v.valid, v.reason, v.cached) == (True, "actionable", False)
+        again = judge.judge(req())
+        assert again.cached and again.valid is True
+        assert srv.calls == 1 and judge.calls == 1  # the hit sent nothing
+    body = seen[0]
+    assert body["model"] == "judge-model" and body["temperature"] == 0.0
+    assert [m["role"] for m in body["messages"]] == ["user"]  # the template has {{skill}}: rendered in place
+    content = body["messages"][0]["content"]
+    assert GOOD.to_markdown() in content and "heat some egg" in content and "You heat the egg 2" in content
+    assert "{{" not in content
+
+
+def test_openai_judge_invalid_verdict_is_false() -> None:
+    with LocalOpenAIServer(answer('{"VALID": false, "reason": "copies the episode"}')) as srv:
+        v = openai_judge(srv).judge(req())
+    assert v.valid is False and v.reason == "copies the episode"
+
+
+def test_prompt_without_placeholders_is_the_system_message() -> None:
+    seen: list[dict] = []
+    with LocalOpenAIServer(lambda r: (seen.append(r), '{"VALID": true}')[1]) as srv:
+        openai_judge(srv, prompt="Judge the skill. Answer JSON.").judge(req())
+    msgs = seen[0]["messages"]
+    assert msgs[0] == {"role": "system", "content": "Judge the skill. Answer JSON."}
+    assert "## Skill\n" + GOOD.to_markdown() in msgs[1]["content"] and "## Agent Trajectory" in msgs[1]["content"]
+
+
+def test_unparsable_answer_is_unmeasured_and_not_cached() -> None:
+    with LocalOpenAIServer(answer("I would rather not say.")) as srv:
+        judge = openai_judge(srv)
+        v = judge.judge(req())
+        assert v.valid is None and "unmeasured" in v.reason
+        assert judge.judge(req()).valid is None
+        assert srv.calls == 2 and len(judge.cache) == 0  # asked again: nothing was remembered
+
+
+def test_transient_failures_are_retried() -> None:
+    with LocalOpenAIServer(answer('{"VALID": true}'), fail=lambda i, r: 503 if i < 2 else None) as srv:
+        v = openai_judge(srv, retries=2).judge(req())
+        assert v.valid is True and srv.calls == 3 and srv.failures == 2
+
+
+def test_persistent_failure_is_unmeasured_never_false() -> None:
+    with LocalOpenAIServer(answer('{"VALID": true}'), fail=lambda i, r: 500) as srv:
+        judge = openai_judge(srv, retries=2)
+        v = judge.judge(req())
+        assert v.valid is None and "failed 3 times" in v.reason
+        assert srv.calls == 3 and len(judge.cache) == 0
+
+
+def test_client_error_is_unmeasured_without_retry() -> None:
+    with LocalOpenAIServer(answer('{"VALID": true}'), fail=lambda i, r: 400) as srv:
+        v = openai_judge(srv, retries=3).judge(req())
+        assert v.valid is None and "HTTP 400" in v.reason and srv.calls == 1
+
+
+def test_timeout_and_unreachable_endpoint_are_unmeasured() -> None:
+    with LocalOpenAIServer(answer('{"VALID": true}'), latency_s=1.0) as srv:
+        v = openai_judge(srv, timeout_s=0.1, retries=1).judge(req())
+        assert v.valid is None and "ReadTimeout" in v.reason
+    srv = LocalOpenAIServer(answer("x")).start()
+    url = srv.base_url
+    srv.stop()
+    v = OpenAIJudge(base_url=url, model="m", prompt=PROMPT, retries=1, backoff_s=0.01).judge(req())
+    assert v.valid is None and "ConnectError" in v.reason
+
+
+def test_async_judge_concurrent_and_cached() -> None:
+    skills = [Skill(f"skill-{i}", "Use when heating an object.", f"- step {i}\n- more\n") for i in range(6)]
+
+    async def run(judge: OpenAIJudge):
+        return await asyncio.gather(*(judge.ajudge(req(s)) for s in skills))
+
+    with LocalOpenAIServer(answer('{"VALID": true}'), latency_s=0.1) as srv:
+        judge = openai_judge(srv)
+        verdicts = asyncio.run(run(judge))
+        assert all(v.valid is True for v in verdicts) and srv.calls == 6 and srv.max_in_flight > 1
+        assert all(v.cached for v in asyncio.run(run(judge))) and srv.calls == 6
+
+
+def test_persistent_cache_survives_a_new_judge(tmp_path: Path) -> None:
+    path = tmp_path / "verdicts.jsonl"
+    with LocalOpenAIServer(answer('{"VALID": false, "reason": "no"}')) as srv:
+        first = openai_judge(srv, cache=VerdictCache(path))
+        assert first.judge(req()).valid is False
+        first.cache.close()
+        second = openai_judge(srv, cache=VerdictCache(path))
+        v = second.judge(req())
+        assert v.cached and (v.valid, v.reason) == (False, "no") and srv.calls == 1
+
+
+# ------------------------------------------------------------------------------------------------------------
+# From the spec
+
+
+def test_make_judge_from_spec() -> None:
+    assert isinstance(make_judge(JudgeSpec(kind="rules")), RulesJudge)
+    assert make_judge(JudgeSpec(kind="disabled")) is None
+    spec = JudgeSpec(kind="openai", base_url="http://127.0.0.1:9/v1", model="m", retries=5, timeout_s=7)
+    with pytest.raises(JudgeError, match="prompts.judge"):
+        make_judge(spec)
+    j = make_judge(spec, prompt=PROMPT, api_key="k")
+    assert isinstance(j, OpenAIJudge) and (j.retries, j.timeout_s, j.api_key) == (5, 7, "k")
+    with pytest.raises(JudgeError, match="empty"):
+        make_judge(spec, prompt="  \n")
+
+
+def test_judge_for_experiment_reads_the_prompt_file(tmp_path: Path) -> None:
+    data = {
+        "name": "judge-test",
+        "curator": {"model": "tiny-qwen3"},
+        "executor": {"kind": "scripted"},
+        "judge": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+        "environment": {"name": "alfworld"},
+        "batch": {"groups_per_step": 1, "rollouts_per_group": 2},
+        "optimizer": {"lr": 1e-6},
+        "steps": 1,
+        "checkpoint_every": 1,
+        "prompts": {"curator_system": "a", "curator_input": "b", "executor_system": "c", "executor_input": "d", "judge": "prompts/judge.md"},
+    }
+    spec = spec_from_dict(data, REPO_ROOT / "experiments")
+    j = judge_for_experiment(spec)
+    assert isinstance(j, OpenAIJudge) and j.prompt == PROMPT
+    with LocalOpenAIServer(answer(json.dumps({"VALID": True, "reason": "ok"}))) as srv:
+        j.base_url = srv.base_url
+        assert j.judge(req()).valid is True

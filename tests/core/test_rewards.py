@@ -1,0 +1,194 @@
+"""Composite reward arithmetic on hand-computed cases (paper §3.2.2; advantage-semantics.md §8.2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from twinrun.core.rewards import (
+    PositionResult,
+    RewardError,
+    composite_reward,
+    position_result,
+    token_counter,
+    whitespace_tokens,
+)
+from twinrun.core.skills import SkillRepo
+from twinrun.core.spec import RewardSpec
+
+PAPER = RewardSpec()  # λ_f = 1.0, λ_u = 0.1, λ_c = 0.05
+
+
+def P(index, outcome, calls=0, valid=0, judged=(), repo=None, inp=None) -> PositionResult:
+    return PositionResult(
+        index=index, outcome=outcome, calls_total=calls, calls_valid=valid, judged=judged, repo_tokens=repo, curator_input_tokens=inp
+    )
+
+
+# |G| = 4. Scored positions 2..4: success, unmeasured, failure.
+MIXED = [
+    P(1, "failure", calls=2, valid=1, judged=(True,), repo=50, inp=200),
+    P(2, "success", calls=1, valid=1, judged=(False,), repo=100, inp=400),
+    P(3, "unmeasured", calls=3, valid=2, judged=(True, None), repo=120, inp=300),
+    P(4, "failure", calls=0, valid=0, judged=(), repo=120, inp=240),
+]
+
+
+def test_mixed_rollout_by_hand() -> None:
+    r = composite_reward(MIXED, PAPER)
+    # r_task = 1 success / 2 measured (position 3 unmeasured leaves both)
+    assert (r.r_task.numerator, r.r_task.denominator, r.r_task.value, r.r_task.unmeasured) == (1.0, 2, 0.5, 1)
+    # r_fc = (1 + 1 + 2 + 0) / (2 + 1 + 3 + 0)
+    assert (r.r_fc.numerator, r.r_fc.denominator) == (4.0, 6)
+    assert r.r_fc.value == pytest.approx(2 / 3)
+    # r_cnt = VALID 2 / measured 3 (True, False, True); the None verdict is excluded and counted
+    assert (r.r_cnt.numerator, r.r_cnt.denominator, r.r_cnt.unmeasured) == (2.0, 3, 1)
+    # r_comp = mean(1-50/200, 1-100/400, 1-120/300, 1-120/240) = mean(.75, .75, .6, .5) = 0.65
+    assert r.r_comp.value == pytest.approx(0.65) and r.r_comp.denominator == 4
+    # total = 0.5 + 1.0*(2/3) + 0.1*(2/3) + 0.05*0.65 = 1.2658333...
+    assert r.total == pytest.approx(1.2658333333333334, abs=1e-12)
+    assert (r.positions, r.scored_positions, r.measured_positions, r.unmeasured_positions) == (4, 3, 2, 1)
+    # per-turn: task credit for the NEXT position / 2, own calls / 6, own VALIDs * .1 / 3, own comp * .05 / 4
+    expected = [
+        0.5 + 1 / 6 + 0.1 / 3 + 0.05 * 0.75 / 4,
+        0.0 + 1 / 6 + 0.0 + 0.05 * 0.75 / 4,
+        0.0 + 2 / 6 + 0.1 / 3 + 0.05 * 0.6 / 4,
+        0.0 + 0.0 + 0.0 + 0.05 * 0.5 / 4,
+    ]
+    assert r.step_rewards == pytest.approx(expected, abs=1e-12)
+    assert sum(r.step_rewards) == pytest.approx(r.total, abs=1e-12)
+    assert r.terms() == {"r_task": 0.5, "r_fc": r.r_fc.value, "r_cnt": r.r_cnt.value, "r_comp": r.r_comp.value}
+    json.loads(r.model_dump_json())  # a record: JSON, no NaN
+
+
+def test_position_order_does_not_matter() -> None:
+    assert composite_reward(list(reversed(MIXED)), PAPER) == composite_reward(MIXED, PAPER)
+
+
+def test_step_rewards_reduce_to_section_8_2_with_one_call_per_turn() -> None:
+    # all measured, one call and one verdict per turn: r_i = 1(ξ_{i+1})/(G-1)[i<G] + (λf V_i + λu J_i + λc C_i)/G
+    G = 5
+    outcomes = ["failure", "success", "success", "failure", "success"]
+    valid = [1, 0, 1, 1, 1]
+    judge = [True, None, False, True, True]
+    judge = [j if v else None for j, v in zip(judge, valid)]
+    pos = [
+        P(i + 1, outcomes[i], calls=1, valid=valid[i], judged=(judge[i],) if valid[i] else (), repo=10 * (i + 1), inp=100)
+        for i in range(G)
+    ]
+    r = composite_reward(pos, RewardSpec(lambda_cnt=None))  # r_cnt off so its pooled denominator does not differ
+    for i in range(G):
+        task = (outcomes[i + 1] == "success") / (G - 1) if i < G - 1 else 0.0
+        own = (1.0 * valid[i] + 0.05 * (1 - 10 * (i + 1) / 100)) / G
+        assert r.step_rewards[i] == pytest.approx(task + own, abs=1e-12)
+    assert r.total == pytest.approx(3 / 4 + 4 / 5 + 0.05 * (1 - 0.3))
+    assert sum(r.step_rewards) == pytest.approx(r.total, abs=1e-12)
+
+
+def test_no_measured_scored_position_is_an_unmeasured_rollout_not_zero() -> None:
+    pos = [P(1, "success", calls=1, valid=1), P(2, "unmeasured", calls=1, valid=1), P(3, "unmeasured")]
+    r = composite_reward(pos, PAPER)
+    assert r.total is None and r.unmeasured and r.step_rewards == []
+    assert r.r_task.value is None and (r.r_task.numerator, r.r_task.denominator, r.r_task.unmeasured) == (0.0, 0, 2)
+    assert r.r_fc.value == 1.0  # the other terms are still computed and recorded
+
+
+def test_position_one_is_never_scored() -> None:
+    # position 1's success does not count; only position 2 is scored
+    r = composite_reward([P(1, "success"), P(2, "failure")], PAPER)
+    assert (r.r_task.value, r.total) == (0.0, 0.0)
+    r = composite_reward([P(1, "unmeasured"), P(2, "success")], PAPER)
+    assert r.total == 1.0 and r.unmeasured_positions == 0
+
+
+def test_min_measured_positions_gates_the_rollout() -> None:
+    pos = [P(1, "failure"), P(2, "success"), P(3, "unmeasured"), P(4, "unmeasured")]
+    assert composite_reward(pos, RewardSpec(min_measured_positions=1)).total == 1.0
+    r = composite_reward(pos, RewardSpec(min_measured_positions=2))
+    assert r.total is None and r.measured_positions == 1 and r.min_measured_positions == 2
+
+
+def test_disabled_terms_are_recorded_as_disabled() -> None:
+    r = composite_reward(MIXED, RewardSpec(lambda_fc=None, lambda_cnt=None, lambda_comp=None))
+    for t in (r.r_fc, r.r_cnt, r.r_comp):
+        assert t.disabled and t.value is None and t.numerator is None and t.denominator is None and t.contribution == 0.0
+    assert r.total == 0.5 and r.step_rewards == [0.5, 0.0, 0.0, 0.0]
+
+
+def test_zero_weight_computes_and_logs_without_weight() -> None:
+    r = composite_reward(MIXED, RewardSpec(lambda_fc=0.0, lambda_cnt=0.0, lambda_comp=0.0))
+    assert not r.r_fc.disabled and r.r_fc.value == pytest.approx(2 / 3) and r.r_fc.contribution == 0.0
+    assert r.total == 0.5
+
+
+def test_empty_denominators_give_none_terms_that_add_nothing() -> None:
+    pos = [P(1, "failure"), P(2, "success"), P(3, "success")]  # no calls, nothing judged, no token counts
+    r = composite_reward(pos, PAPER)
+    assert r.total == 1.0
+    assert (r.r_fc.value, r.r_fc.denominator) == (None, 0)
+    assert (r.r_cnt.value, r.r_cnt.denominator) == (None, 0)
+    assert (r.r_comp.value, r.r_comp.denominator, r.r_comp.unmeasured) == (None, 0, 3)
+
+
+def test_compression_is_not_clipped_and_skips_positions_without_counts() -> None:
+    pos = [P(1, "success", repo=300, inp=100), P(2, "success"), P(3, "success", repo=0, inp=50)]
+    r = composite_reward(pos, RewardSpec(lambda_fc=None, lambda_cnt=None, lambda_comp=1.0))
+    assert r.r_comp.value == pytest.approx(((1 - 3) + 1) / 2) and r.r_comp.unmeasured == 1
+    assert r.total == pytest.approx(1.0 + 0.0 * 0 + -0.5)
+
+
+@pytest.mark.parametrize(
+    "positions,fragment",
+    [
+        ([], "empty"),
+        ([P(1, "success"), P(1, "failure")], "not 1..2"),
+        ([P(2, "success"), P(3, "failure")], "not 1..2"),
+    ],
+)
+def test_bad_position_lists(positions, fragment) -> None:
+    with pytest.raises(RewardError, match=fragment):
+        composite_reward(positions, PAPER)
+
+
+def test_bad_position_values() -> None:
+    with pytest.raises(ValidationError, match="exceeds calls_total"):
+        P(1, "success", calls=1, valid=2)
+    with pytest.raises(ValidationError):
+        P(1, "success", inp=0)
+    with pytest.raises(ValidationError):
+        P(0, "success")
+    with pytest.raises(ValidationError):
+        P(1, "crashed")
+
+
+def test_position_result_from_a_real_turn() -> None:
+    repo = SkillRepo()
+    ops = [
+        repo.apply("new_skill_insert", {"skill_name": "a1", "content": "---\nname: a1\ndescription: do x\n---\n- go\n"}),
+        repo.apply("skill_delete", {"skill_name": "missing"}),
+    ]
+    chi = "# Task Context\n## Task Description\nput a mug in the cabinet"
+    p = position_result(2, "success", ops, [True], repo_text=repo.text(), curator_input=chi, count_tokens=whitespace_tokens)
+    assert (p.calls_total, p.calls_valid, p.judged) == (2, 1, (True,))
+    assert (p.repo_tokens, p.curator_input_tokens) == (len(repo.text().split()), len(chi.split()))
+    p = position_result(2, "success", ops, [], repo_text=None, curator_input=chi, count_tokens=whitespace_tokens)
+    assert p.repo_tokens is None and p.curator_input_tokens is None
+
+
+class EncodeOnlyTokenizer:
+    """Test double with the HF tokenizer `encode(text, add_special_tokens=...)` signature (a real HF tokenizer
+    needs a model download; the adapter only relies on this one method)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = [ord(c) for c in text]
+        return ([0] + ids) if add_special_tokens else ids
+
+
+def test_token_counter_adapters() -> None:
+    assert token_counter(EncodeOnlyTokenizer())("abc") == 3  # special tokens excluded
+    assert token_counter(lambda s: s.split())("a b c") == 3
+    assert token_counter(len)("abcd") == 4
+    with pytest.raises(RewardError):
+        token_counter(5)

@@ -1,0 +1,85 @@
+"""`twinrun sweep RUN_DIR... --spec SPEC --out DIR`: every checkpoint + a same-sweep baseline, resumable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from twinrun.cliutil import SetOption
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep_cmd)
+
+
+def parse_replicates(items: list[str]) -> tuple[int, dict[str, list[int] | str]]:
+    """``baseline`` / ``baseline:N`` (N baseline replicates), ``RUN`` (every checkpoint of RUN once more),
+    ``RUN:10,20`` (those steps) -> (baseline replicates, {run: steps | "all"})."""
+    from twinrun.core.sweep import BASELINE, SweepError
+
+    base = 0
+    runs: dict[str, list[int] | str] = {}
+    for item in items:
+        name, _, rest = item.partition(":")
+        if name == BASELINE:
+            try:
+                base = max(base, int(rest) if rest else 1)
+            except ValueError:
+                raise SweepError(f"--replicates: {item!r}: {rest!r} is not a count (fix: baseline or baseline:2)") from None
+            continue
+        if not rest:
+            runs[name] = "all"
+            continue
+        try:
+            runs[name] = sorted({int(s) for s in rest.split(",") if s.strip()})
+        except ValueError:
+            raise SweepError(f"--replicates: {item!r} is not RUN:STEP,STEP (fix: e.g. trl:20,40)") from None
+    return base, runs
+
+
+def sweep_cmd(
+    run_dirs: list[str] = typer.Argument(..., metavar="RUN_DIR...", help="training run folders (or NAME=PATH)"),
+    spec_path: Path = typer.Option(..., "--spec", help="experiment spec (executor, environment, prompts)"),
+    out: Path = typer.Option(..., "--out", help="sweep folder (sweep.json + arms/*.jsonl); rerun to resume"),
+    sets: list[str] = SetOption,
+    ray: str | None = typer.Option(None, "--ray", help="fan arms out over Ray: an address, or 'local'"),
+    ray_cpus: int | None = typer.Option(None, "--ray-cpus", help="CPUs of a --ray local cluster"),
+    replicates: list[str] = typer.Option([], "--replicates", help="replicate arms: baseline[:N], RUN, RUN:STEP,..."),
+    games: int | None = typer.Option(None, "--games", help="number of held-out games (default: environment.eval_games)"),
+    split: str | None = typer.Option(None, "--split", help="held-out split (default: environment.eval_split)"),
+    workers: int | None = typer.Option(None, "--workers", help="env worker processes (default: environment.workers)"),
+    curator: str = typer.Option("hf", "--curator", help="'hf': generate with each checkpoint; 'no-ops': a curator "
+                                "that writes nothing (plumbing check, not a checkpoint's behaviour)"),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="where tiny-qwen3 is built (tokenizer fallback)"),
+    device: str = typer.Option("cpu", "--device", help="torch device of the curator checkpoints"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    as_json: bool = typer.Option(False, "--json", help="print the sweep summary as JSON"),
+) -> None:
+    """Evaluate every checkpoint of each run on held-out games with streaming curation, plus a baseline arm."""
+    from twinrun.cliutil import print_json, spec_from_cli
+    from twinrun.core import sweep as sw
+
+    spec = spec_from_cli(spec_path, sets)
+    base_reps, run_reps = parse_replicates(replicates)
+    if curator == "hf":
+        def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
+            return sw.hf_policy_factory(arm, spec_, cache_dir=cache_dir, device=device)
+    elif curator == "no-ops":
+        factory = sw.no_ops_policy_factory
+    else:
+        raise sw.SweepError(f"--curator: {curator!r} is not a curator policy (fix: hf or no-ops)")
+    result = sw.sweep(
+        spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, baseline_replicates=base_reps,
+        replicate_checkpoints=run_reps, policy_factory=factory, workers=workers, ray_address=ray,
+        ray_num_cpus=ray_cpus, progress=progress and not as_json,
+    )
+    if as_json:
+        print_json(result.summary())
+        return
+    typer.echo(f"sweep {result.sweep_id}: {len(result.arms)} arms x {result.n_games} games in {out}")
+    for name, a in result.arms.items():
+        typer.echo(f"  {name}: {a.successes} successes, {a.unmeasured} unmeasured"
+                   + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else ""))
+    typer.echo(f"next: twinrun compare {out} --baseline {sw.BASELINE}")

@@ -1,0 +1,171 @@
+"""Figures for a comparison and for training runs (PNG, matplotlib's Agg canvas; no pyplot global state).
+
+- :func:`plot_lift_curves`: every run's lift over the same-sweep baseline per checkpoint, with its bootstrap
+  band, the baseline's own uncertainty as a grey band around 0, and significance markers (filled: significant
+  after Holm within its family; hollow: nominal p < alpha only).
+- :func:`plot_peak_distribution`: the bootstrap distribution of each run's peak checkpoint.
+- :func:`plot_training_dynamics`: reward terms, entropy, KL, grad norm, positions measured and executor calls
+  per step, from each run's `metrics.jsonl` (one line per run/backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# distinguishable in greyscale print as well (marker + line style vary with colour)
+_STYLES = [("tab:blue", "o", "-"), ("tab:orange", "s", "--"), ("tab:green", "^", "-."), ("tab:red", "D", ":"),
+           ("tab:purple", "v", "-"), ("tab:brown", "P", "--"), ("tab:pink", "X", "-."), ("tab:gray", "*", ":")]
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    """Write the PNG atomically (temp name + rename), so a report never links a half-written figure."""
+    import os
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp.{os.getpid()}")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, p)
+    return p
+
+
+def plot_lift_curves(result: Mapping[str, Any], path: str | Path) -> Path:
+    """Overlaid lift curves (percentage points) of every run in a `compare` result; returns the PNG path."""
+    fig = _figure(8.0, 4.8)
+    ax = fig.add_subplot(1, 1, 1)
+    alpha = result["settings"]["alpha"]
+    base = result["baseline"]
+    rate = base.get("success_rate")
+    lo, hi = (base.get("ci") or [None, None])
+    if rate is not None and lo is not None and hi is not None:
+        ax.axhspan(100 * (lo - rate), 100 * (hi - rate), color="0.85", zorder=0,
+                   label=f"baseline {100 * rate:.1f}% ({100 * lo:.1f}-{100 * hi:.1f}), its CI around 0")
+    ax.axhline(0.0, color="0.4", lw=0.8, zorder=1)
+    p_by_arm = {a["arm"]: a for a in result["arms"]}
+    for i, (run, cur) in enumerate(sorted(result["runs"].items())):
+        if not cur.get("checkpoints"):
+            continue
+        color, marker, ls = _STYLES[i % len(_STYLES)]
+        x = cur["checkpoints"]
+        y = [100 * v for v in cur["lifts"]]
+        band = cur.get("lift_ci") or []
+        if band and all(b[0] is not None and b[1] is not None for b in band):
+            ax.fill_between(x, [100 * b[0] for b in band], [100 * b[1] for b in band], color=color, alpha=0.15, lw=0)
+        ax.plot(x, y, color=color, ls=ls, lw=1.6, label=f"{run} (peak {cur['peak_checkpoint']})")
+        for xi, yi, arm in zip(x, y, cur["arms"]):
+            row = p_by_arm.get(arm, {})
+            holm = row.get("p_holm")
+            p = row.get("p_value")
+            if holm is not None and holm < alpha:
+                ax.plot([xi], [yi], marker=marker, ms=8, color=color, mec="black", zorder=4)
+            elif p is not None and p < alpha:
+                ax.plot([xi], [yi], marker=marker, ms=8, mfc="white", color=color, zorder=4)
+            else:
+                ax.plot([xi], [yi], marker=marker, ms=4, color=color, zorder=3)
+    ax.set_xlabel("checkpoint (training step)")
+    ax.set_ylabel("lift over baseline (percentage points)")
+    src = "per-game arms" if result.get("source") == "per-game" else "published summaries"
+    level = int(round(100 * result["settings"]["level"]))
+    ax.set_title(f"Held-out lift per checkpoint ({src}; bands: {level}% bootstrap CI)\n"
+                 f"filled marker: Holm p < {alpha}; hollow: nominal p < {alpha} only", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_peak_distribution(result: Mapping[str, Any], path: str | Path) -> Path:
+    """Bars: share of bootstrap resamples in which each checkpoint is the run's peak."""
+    runs = [(r, c) for r, c in sorted(result["runs"].items()) if c.get("argmax_distribution")]
+    fig = _figure(8.0, 1.0 + 1.6 * max(len(runs), 1))
+    if not runs:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.text(0.5, 0.5, "no run with checkpoints", ha="center", va="center")
+        ax.set_axis_off()
+        return _save(fig, path)
+    axes = fig.subplots(len(runs), 1, squeeze=False)[:, 0]
+    for i, (ax, (run, cur)) in enumerate(zip(axes, runs)):
+        color = _STYLES[i % len(_STYLES)][0]
+        dist = cur["argmax_distribution"]
+        xs = [int(k) for k in dist]
+        width = 0.8 * (min(b - a for a, b in zip(xs, xs[1:])) if len(xs) > 1 else 1)
+        ax.bar(xs, list(dist.values()), width=width, color=color)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel(run, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_title("Bootstrap distribution of the peak checkpoint (share of resamples)", fontsize=9)
+    axes[-1].set_xlabel("checkpoint (training step)")
+    return _save(fig, path)
+
+
+# metrics.jsonl fields drawn by plot_training_dynamics: (title, getter)
+_DYNAMICS: list[tuple[str, Any]] = [
+    ("reward (mean)", lambda r: r.get("reward_mean")),
+    ("r_task", lambda r: (r.get("reward_terms") or {}).get("r_task")),
+    ("r_fc", lambda r: (r.get("reward_terms") or {}).get("r_fc")),
+    ("r_cnt", lambda r: (r.get("reward_terms") or {}).get("r_cnt")),
+    ("r_comp", lambda r: (r.get("reward_terms") or {}).get("r_comp")),
+    ("entropy", lambda r: r.get("entropy")),
+    ("KL", lambda r: r.get("kl")),
+    ("grad norm", lambda r: r.get("grad_norm")),
+    ("positions measured (mean)", lambda r: r.get("positions_measured_mean")),
+    ("executor calls per step", lambda r: r.get("executor_calls")),
+    ("unmeasured episodes per step", lambda r: r.get("unmeasured_episodes")),
+    ("completion length (mean)", lambda r: r.get("completion_length_mean")),
+]
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Step rows of a run's metrics.jsonl (kind == "step"), sorted by step; a torn last line is skipped."""
+    from twinrun.core.records import read_jsonl
+
+    rows = [r for r in read_jsonl(path) if r.get("kind", "step") == "step" and "step" in r]
+    return sorted(rows, key=lambda r: r["step"])
+
+
+def plot_training_dynamics(metrics: Mapping[str, str | Path], path: str | Path) -> Path:
+    """One panel per training quantity, one line per run (label -> metrics.jsonl). Panels with no data are left
+    out; a run without a quantity (e.g. a backend that does not report KL) simply has no line there."""
+    series = {label: read_metrics(p) for label, p in metrics.items()}
+    panels = []
+    for title, get in _DYNAMICS:
+        lines = {}
+        for label, rows in series.items():
+            pts = [(r["step"], get(r)) for r in rows if isinstance(get(r), (int, float))]
+            if pts:
+                lines[label] = pts
+        if lines:
+            panels.append((title, lines))
+    cols = 3
+    nrows = max(1, -(-len(panels) // cols))
+    fig = _figure(11.0, 2.5 * nrows + 0.6)
+    if not panels:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.text(0.5, 0.5, "no step metrics found", ha="center", va="center")
+        ax.set_axis_off()
+        return _save(fig, path)
+    axes = fig.subplots(nrows, cols, squeeze=False).ravel()
+    labels = sorted(series)
+    for ax, (title, lines) in zip(axes, panels):
+        for label, pts in lines.items():
+            color, marker, ls = _STYLES[labels.index(label) % len(_STYLES)]
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, color=color, ls=ls, marker=marker if len(xs) < 30 else None, ms=3, lw=1.2, label=label)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels):]:
+        ax.set_axis_off()
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Training dynamics (metrics.jsonl, x = training step)", fontsize=10)
+    return _save(fig, path)

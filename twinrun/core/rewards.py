@@ -1,0 +1,246 @@
+"""The SkillOS composite reward for one curation rollout, with every term's arithmetic on record.
+
+    r = r_task + λ_f·r_fc + λ_u·r_cnt + λ_c·r_comp                      (paper §3.2.2; λ = 1.0, 0.1, 0.05)
+
+* ``r_task``: success rate over positions 2..|G| (position 1 runs on an empty repo and is not scored).
+  Unmeasured positions (infrastructure failed) leave numerator and denominator; a rollout with fewer than
+  ``RewardSpec.min_measured_positions`` measured scored positions has ``total = None`` (unmeasured), never 0.
+* ``r_fc``: valid-and-executed curator function calls / all curator function calls, pooled over the rollout.
+* ``r_cnt``: VALID verdicts / measured verdicts on the rollout's successful inserts and updates; a verdict of
+  None (judge unreachable or unparsable) is excluded and counted.
+* ``r_comp``: mean over positions of ``1 - |S_i| / |χ_i|`` (repo tokens after the update over curator input
+  tokens; not clipped, so a repo larger than the input is negative). Positions without counts are excluded.
+
+A weight of None disables a term (recorded ``disabled``, not computed); 0.0 computes and records it unweighted.
+A term whose denominator is 0 (no calls, nothing judged) has value None and contributes 0.
+
+``step_rewards`` decomposes the total over curator turns (advantage-semantics.md §8.2) so GiGPO can use it:
+turn i gets the task success it precedes (ξ_{i+1}) / n_measured, its own share of valid calls / all calls,
+of VALID verdicts / measured verdicts, and its compression / n_comp, each times its weight. They sum to the
+total (to float rounding). §8.2's per-position 1/|G| form is the special case of every position measured and
+one call per turn; pooled r_fc/r_cnt need the pooled shares to keep the sum exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from twinrun.core.errors import TwinrunError
+from twinrun.core.records import SCHEMA_VERSION, Outcome
+from twinrun.core.spec import RewardSpec
+
+TermName = Literal["r_task", "r_fc", "r_cnt", "r_comp"]
+TokenCounter = Callable[[str], int]
+
+
+class RewardError(TwinrunError, ValueError):
+    """Reward inputs that do not describe a rollout (one line: field, value, fix)."""
+
+
+class PositionResult(BaseModel):
+    """What one position of a curation rollout contributes to the reward.
+
+    index: 1-based position; outcome: the executor episode at this position; calls_*: the curator's function
+    calls after it; judged: one verdict per successful insert/update (None = unmeasured); repo_tokens: |S_i|,
+    the repo after this turn's ops; curator_input_tokens: |χ_i|. Token counts None = not measured.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    index: int = Field(ge=1)
+    outcome: Outcome
+    calls_total: int = Field(0, ge=0)
+    calls_valid: int = Field(0, ge=0)
+    judged: tuple[bool | None, ...] = ()
+    repo_tokens: int | None = Field(None, ge=0)
+    curator_input_tokens: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _calls(self) -> PositionResult:
+        if self.calls_valid > self.calls_total:
+            raise ValueError(
+                f"calls_valid: {self.calls_valid} exceeds calls_total={self.calls_total} (fix: valid calls are a subset)"
+            )
+        return self
+
+
+class TermBreakdown(BaseModel):
+    """One reward term: value = numerator / denominator (None if disabled or the denominator is 0);
+    contribution = weight × value (0.0 when value is None)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: TermName
+    weight: float | None
+    disabled: bool
+    value: float | None
+    numerator: float | None
+    denominator: int | None
+    unmeasured: int = 0
+    contribution: float = 0.0
+
+
+class RewardBreakdown(BaseModel):
+    """The reward of one curation rollout and how it was computed (a rollouts.jsonl field)."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = SCHEMA_VERSION
+    total: float | None  # None = unmeasured rollout: excluded from advantages, counted
+    r_task: TermBreakdown
+    r_fc: TermBreakdown
+    r_cnt: TermBreakdown
+    r_comp: TermBreakdown
+    positions: int  # |G|
+    scored_positions: int  # |G| - 1
+    measured_positions: int  # scored positions with a success/failure outcome
+    unmeasured_positions: int  # scored positions that are unmeasured
+    min_measured_positions: int
+    step_rewards: list[float]  # per curator turn, sums to total; [] when total is None
+
+    @property
+    def unmeasured(self) -> bool:
+        return self.total is None
+
+    def terms(self) -> dict[str, float | None]:
+        """Term values by name (for StepMetrics.reward_terms)."""
+        return {t.name: t.value for t in (self.r_task, self.r_fc, self.r_cnt, self.r_comp)}
+
+
+def _term(name: TermName, weight: float | None, num: np.ndarray, den: float, unmeasured: int) -> tuple[TermBreakdown, np.ndarray]:
+    """A term from per-position numerators `num` [G] over one pooled denominator; returns the record and the
+    per-position weighted shares [G] (zeros when disabled or undefined)."""
+    G = num.shape[0]
+    if weight is None:
+        rec = TermBreakdown(name=name, weight=None, disabled=True, value=None, numerator=None, denominator=None)
+        return rec, np.zeros(G)
+    numerator = math.fsum(num.tolist())
+    if den <= 0:
+        rec = TermBreakdown(
+            name=name, weight=weight, disabled=False, value=None, numerator=numerator, denominator=int(den), unmeasured=unmeasured
+        )
+        return rec, np.zeros(G)
+    value = numerator / den
+    rec = TermBreakdown(
+        name=name,
+        weight=weight,
+        disabled=False,
+        value=value,
+        numerator=numerator,
+        denominator=int(den),
+        unmeasured=unmeasured,
+        contribution=weight * value,
+    )
+    return rec, weight * num / den
+
+
+def composite_reward(positions: Sequence[PositionResult], weights: RewardSpec) -> RewardBreakdown:
+    """The composite reward of one rollout of |G| positions (indices exactly 1..|G|, any order).
+
+    Shapes: positions [G]; step_rewards [G] (or [] when the rollout is unmeasured).
+    """
+    if not positions:
+        raise RewardError("positions: [] is empty (fix: one PositionResult per position of the task group)")
+    pos = sorted(positions, key=lambda p: p.index)
+    G = len(pos)
+    indices = [p.index for p in pos]
+    if indices != list(range(1, G + 1)):
+        raise RewardError(f"positions: indices {indices} are not 1..{G} (fix: one result per position, 1-based)")
+
+    # r_task: the success at position i+1 is credited to curator turn i (the skills it wrote were used there)
+    outcome = [p.outcome for p in pos]
+    measured_next = np.array([outcome[i + 1] != "unmeasured" for i in range(G - 1)] + [False])
+    success_next = np.array([outcome[i + 1] == "success" for i in range(G - 1)] + [False], dtype=float)
+    n_measured = int(measured_next.sum())
+    n_scored = G - 1
+    task_rec, task_share = _term("r_task", 1.0, success_next, n_measured, n_scored - n_measured)
+    rollout_measured = n_measured >= weights.min_measured_positions and n_measured > 0
+
+    valid = np.array([p.calls_valid for p in pos], dtype=float)
+    calls = sum(p.calls_total for p in pos)
+    fc_rec, fc_share = _term("r_fc", weights.lambda_fc, valid, calls, 0)
+
+    valid_verdicts = np.array([sum(v is True for v in p.judged) for p in pos], dtype=float)
+    n_verdicts = sum(v is not None for p in pos for v in p.judged)
+    n_unjudged = sum(v is None for p in pos for v in p.judged)
+    cnt_rec, cnt_share = _term("r_cnt", weights.lambda_cnt, valid_verdicts, n_verdicts, n_unjudged)
+
+    has_counts = [p.repo_tokens is not None and p.curator_input_tokens is not None for p in pos]
+    comp = np.array(
+        [1.0 - p.repo_tokens / p.curator_input_tokens if ok else 0.0 for p, ok in zip(pos, has_counts)]  # type: ignore[operator]
+    )
+    n_comp = sum(has_counts)
+    comp_rec, comp_share = _term("r_comp", weights.lambda_comp, comp, n_comp, G - n_comp)
+
+    if rollout_measured:
+        total: float | None = math.fsum([task_rec.contribution, fc_rec.contribution, cnt_rec.contribution, comp_rec.contribution])
+        step = (task_share + fc_share + cnt_share + comp_share).tolist()
+    else:
+        total, step = None, []
+    return RewardBreakdown(
+        total=total,
+        r_task=task_rec if rollout_measured else task_rec.model_copy(update={"value": None, "contribution": 0.0}),
+        r_fc=fc_rec,
+        r_cnt=cnt_rec,
+        r_comp=comp_rec,
+        positions=G,
+        scored_positions=n_scored,
+        measured_positions=n_measured,
+        unmeasured_positions=n_scored - n_measured,
+        min_measured_positions=weights.min_measured_positions,
+        step_rewards=step,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Token counting for r_comp and building a PositionResult from one curator turn
+
+
+def token_counter(tokenizer: Any) -> TokenCounter:
+    """A text -> token count function from: a HF tokenizer (has ``encode``; special tokens excluded), a
+    callable returning an int, or a callable returning a sequence of tokens."""
+    if hasattr(tokenizer, "encode"):
+        return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+    if not callable(tokenizer):
+        raise RewardError(f"tokenizer: {type(tokenizer).__name__} is not callable (fix: a HF tokenizer or text -> tokens)")
+
+    def count(text: str) -> int:
+        out = tokenizer(text)
+        return int(out) if isinstance(out, (int, np.integer)) else len(out)
+
+    return count
+
+
+def whitespace_tokens(text: str) -> int:
+    """A tokenizer-free count (whitespace-separated words) for tests and CPU smoke runs."""
+    return len(text.split())
+
+
+def position_result(
+    index: int,
+    outcome: Outcome,
+    ops: Iterable[Any],
+    verdicts: Iterable[bool | None],
+    *,
+    repo_text: str | None,
+    curator_input: str | None,
+    count_tokens: TokenCounter | None,
+) -> PositionResult:
+    """Build a PositionResult from a turn's OpResults (anything with ``.ok``), the judge verdicts on its
+    inserts/updates, and the texts r_comp compares (token counts None when no counter or no text)."""
+    ops = list(ops)
+    repo_tokens = curator_tokens = None
+    if count_tokens is not None and repo_text is not None and curator_input is not None:
+        repo_tokens = count_tokens(repo_text)
+        curator_tokens = count_tokens(curator_input) or None  # an empty input cannot be a denominator
+    return PositionResult(
+        index=index,
+        outcome=outcome,
+        calls_total=len(ops),
+        calls_valid=sum(1 for o in ops if o.ok),
+        judged=tuple(verdicts),
+        repo_tokens=repo_tokens if curator_tokens is not None else None,
+        curator_input_tokens=curator_tokens,
+    )

@@ -1,0 +1,925 @@
+"""Skill memory: the SKILL.md record, the curator's three operations, and the repo they act on.
+
+A skill is one markdown file with YAML frontmatter (``name``, ``description``, optional keys) and a markdown
+body; the format of Anthropic / agentskills.io SKILL.md. :func:`parse_skill_md` and :meth:`Skill.to_markdown`
+round-trip losslessly at the record level: ``parse(write(parse(x))) == parse(x)``.
+
+:class:`SkillRepo` is what one curation rollout owns. The curator acts on it only through the paper's three
+functions (:data:`CURATOR_FUNCTIONS`); each returns an :class:`OpResult` and is atomic: every check runs before
+anything changes, so an invalid operation leaves the repo byte-identical. A curator controls names and content,
+so names are restricted to ``[a-z0-9-]`` (nothing it writes can name a path outside the repo folder), content
+size is bounded, and :meth:`SkillRepo.save` refuses symlinks in its target.
+
+Human-written skills (:func:`import_human_skills`) sit in the same repo as immutable ``human`` skills.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+
+from twinrun.core.errors import TwinrunError
+from twinrun.core.records import atomic_write_text
+from twinrun.core.retrieval import DEFAULT_FIELDS, BM25Index, skill_document
+
+if TYPE_CHECKING:
+    from twinrun.core.spec import ExperimentSpec, RetrievalSpec, SkillsSpec
+
+SKILL_FILE = "SKILL.md"
+MANIFEST_FILE = "skills.json"
+MANIFEST_VERSION = 1
+RESOURCE_DIRS = ("references", "scripts", "assets")
+NAME_MAX = 64
+MAX_FLOW_DEPTH = 32  # [ / { nesting allowed in frontmatter
+DESCRIPTION_MAX = 1024
+# lowercase letters, digits, hyphens; never starts with a hyphen. Also what makes a name safe as a folder name:
+# no dots (so no '..'), no separators, no NUL, not absolute.
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+# frontmatter metadata keys twinrun owns; everything else in the file is preserved as written
+OWN_METADATA_KEYS = ("provenance", "source", "taxonomy", "mutable")
+
+SkillProvenance = Literal["curated", "human"]
+
+
+class SkillError(TwinrunError, ValueError):
+    """A skill or skill folder that cannot be used (one line: where, what, fix)."""
+
+
+class SkillFormatError(SkillError):
+    """SKILL.md text that does not parse; ``line`` is the 1-based line in the file (None: whole file)."""
+
+    def __init__(self, message: str, line: int | None = None, source: str | None = None):
+        self.line = line
+        self.source = source
+        self.problem = message
+        where = source or "SKILL.md"
+        if line is not None:
+            where += f" line {line}"
+        super().__init__(f"{where}: {message}")
+
+
+class SkillPathError(SkillError):
+    """A write that would leave the repo folder (path escape, symlink in the target)."""
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The record
+
+
+@dataclass(frozen=True)
+class SkillMetadata:
+    """Where a skill came from. Written under the frontmatter's ``metadata`` map (agentskills.io convention)."""
+
+    provenance: SkillProvenance = "curated"
+    source: str | None = None  # e.g. the human skill's folder relative to the imported root
+    taxonomy: str | None = None  # e.g. SkillGym "<major>/<minor>"
+    extra: dict[str, Any] = field(default_factory=dict)  # other metadata keys, kept as written
+
+
+@dataclass(frozen=True)
+class Skill:
+    """One skill. ``mutable`` defaults to False for human skills and True otherwise.
+
+    ``resources`` are relative POSIX paths under ``references/``, ``scripts/`` or ``assets/`` of the skill's
+    folder; they live in ``origin`` (the folder the skill was read from), not in the SKILL.md text.
+    ``extra`` holds frontmatter keys other than name/description/metadata, in file order.
+    """
+
+    name: str
+    description: str
+    body: str = ""
+    metadata: SkillMetadata = field(default_factory=SkillMetadata)
+    mutable: bool | None = None
+    resources: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+    origin: Path | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mutable is None:
+            object.__setattr__(self, "mutable", self.metadata.provenance != "human")
+        problem = name_problem(self.name)
+        if problem:
+            raise SkillError(f"skill name: {problem}")
+        problem = description_problem(self.description)
+        if problem:
+            raise SkillError(f"skill {self.name} description: {problem}")
+        for what, text in (("body", self.body), ("description", self.description)):
+            bad = _unsavable_char(text)
+            if bad:
+                raise SkillError(f"skill {self.name} {what}: contains {bad} (fix: remove it)")
+        for rel in self.resources:
+            problem = resource_path_problem(rel)
+            if problem:
+                raise SkillError(f"skill {self.name} resource {rel!r}: {problem}")
+
+    @property
+    def provenance(self) -> SkillProvenance:
+        return self.metadata.provenance
+
+    def frontmatter(self, *, with_own_metadata: bool = True) -> dict[str, Any]:
+        """The frontmatter mapping in write order: name, description, extra keys, metadata."""
+        fm: dict[str, Any] = {"name": self.name, "description": self.description}
+        fm.update(self.extra)
+        meta: dict[str, Any] = {}
+        if with_own_metadata:
+            if self.metadata.provenance != "curated":
+                meta["provenance"] = self.metadata.provenance
+            if self.metadata.source is not None:
+                meta["source"] = self.metadata.source
+            if self.metadata.taxonomy is not None:
+                meta["taxonomy"] = self.metadata.taxonomy
+            if self.mutable != (self.metadata.provenance != "human"):
+                meta["mutable"] = self.mutable
+        meta.update(self.metadata.extra)
+        if meta:
+            fm["metadata"] = meta
+        return fm
+
+    def to_markdown(self) -> str:
+        """The SKILL.md text (canonical form)."""
+        return _write(self.frontmatter(), self.body)
+
+    def prompt_text(self) -> str:
+        """What a model sees: the SKILL.md without twinrun's own bookkeeping (provenance, source, ...)."""
+        return _write(self.frontmatter(with_own_metadata=False), self.body)
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.to_markdown().encode("utf-8")).hexdigest()
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` is not a valid skill name (None when it is)."""
+    if not isinstance(name, str):
+        return f"{name!r} is a {type(name).__name__}, not a string (fix: a lowercase-hyphen name)"
+    if not name:
+        return "'' is empty (fix: a lowercase-hyphen name such as 'heat-then-place')"
+    if len(name) > NAME_MAX:
+        return f"{name[:20]!r}... has {len(name)} characters, more than {NAME_MAX} (fix: shorten it)"
+    if not NAME_RE.fullmatch(name):
+        return (
+            f"{name!r} is not lowercase letters, digits and hyphens starting with a letter or digit "
+            "(fix: e.g. 'heat-then-place'; no '/', '.', spaces or capitals)"
+        )
+    return None
+
+
+def description_problem(description: object) -> str | None:
+    if not isinstance(description, str):
+        return f"{description!r} is a {type(description).__name__}, not a string (fix: say when to use the skill)"
+    if not description.strip():
+        return "is empty (fix: one sentence saying when to use the skill)"
+    if len(description) > DESCRIPTION_MAX:
+        return f"has {len(description)} characters, more than {DESCRIPTION_MAX} (fix: shorten it)"
+    return None
+
+
+def _unsavable_char(text: str) -> str | None:
+    # NUL breaks tools that read the file as C strings; a lone surrogate cannot be encoded as UTF-8 at all
+    if "\x00" in text:
+        return "a NUL character"
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        return "a lone surrogate (not encodable as UTF-8)"
+    return None
+
+
+def resource_path_problem(rel: object) -> str | None:
+    """Why `rel` is not a safe resource path: relative, POSIX, under references/ scripts/ or assets/."""
+    if not isinstance(rel, str) or not rel:
+        return "is not a non-empty string"
+    if "\x00" in rel or "\\" in rel:
+        return "contains NUL or a backslash (fix: a relative POSIX path)"
+    p = PurePosixPath(rel)
+    if p.is_absolute():
+        return "is absolute (fix: a path relative to the skill folder)"
+    if any(part in ("..", ".", "") for part in rel.split("/")):
+        return "has an empty, '.' or '..' component (fix: a plain relative path)"
+    if p.parts[0] not in RESOURCE_DIRS or len(p.parts) < 2:
+        return f"is not under {', '.join(d + '/' for d in RESOURCE_DIRS)}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# SKILL.md parse / write
+
+_NULL_TAG = "tag:yaml.org,2002:null"
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # the parser refuses aliases, so a value used twice is written out twice
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    # PyYAML writes NEL (U+0085) raw inside single quotes with allow_unicode, and reads it back folded to a
+    # space; double quotes escape it ("\N"), which round-trips.
+    if "\x85" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"')
+    return dumper.represent_str(data)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _write(frontmatter: Mapping[str, Any], body: str) -> str:
+    fm = yaml.dump(
+        dict(frontmatter),
+        Dumper=_Dumper,
+        sort_keys=False,
+        allow_unicode=True,
+        default_flow_style=False,
+        width=2**31 - 1,  # never fold long lines: keeps a description on one line
+    )
+    # One blank line separates frontmatter and body; the parser strips exactly one leading newline.
+    return f"---\n{fm}---\n" + (f"\n{body}" if body else "")
+
+
+def _split(text: str, source: str | None) -> tuple[str, str]:
+    """(frontmatter text, body) of a SKILL.md; errors name the line."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if lines[0].rstrip("\r") != "---":
+        raise SkillFormatError(
+            "does not start with a '---' frontmatter line (fix: begin with ---, then name: and description:, then ---)",
+            line=1,
+            source=source,
+        )
+    for i in range(1, len(lines)):
+        if lines[i].rstrip("\r") == "---":
+            fm = "\n".join(lines[1:i])
+            rest = "\n".join(lines[i + 1 :])
+            if rest.startswith("\n"):
+                rest = rest[1:]
+            elif rest.startswith("\r\n"):
+                rest = rest[2:]
+            return fm, rest
+    raise SkillFormatError(
+        "frontmatter opened here is never closed (fix: add a '---' line after the frontmatter)", line=1, source=source
+    )
+
+
+def _bracket_depth(text: str) -> int:
+    """Deepest nesting of [ and { (quotes ignored: it can only overcount, and only for absurd values)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _first_alias_line(fm_text: str) -> int | None:
+    """0-based frontmatter line of the first YAML alias (``*name``, also what a merge key uses)."""
+    for event in yaml.parse(fm_text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            return event.start_mark.line
+    return None
+
+
+def _scalar_text(node: yaml.Node) -> str | None:
+    """A scalar's text as written (so `name: 123` or `description: yes` stay strings); None for null."""
+    if node.tag == _NULL_TAG and node.style is None:
+        return None
+    return node.value
+
+
+def parse_skill_md(text: str, *, source: str | None = None) -> Skill:
+    """Parse SKILL.md text into a :class:`Skill` (resources empty: they are files, not text).
+
+    Raises SkillFormatError with the file line of the first problem.
+    """
+    if not isinstance(text, str):
+        raise SkillFormatError(f"content is a {type(text).__name__}, not text (fix: pass the SKILL.md text)", source=source)
+    fm_text, body = _split(text, source)
+    first = 2  # frontmatter line 1 is file line 2
+
+    depth = _bracket_depth(fm_text)
+    if depth > MAX_FLOW_DEPTH:
+        # PyYAML's scanner is O(length x flow depth): a 20k-character '[[[[...' takes tens of seconds
+        raise SkillFormatError(
+            f"frontmatter is nested too deeply ({depth} open brackets, at most {MAX_FLOW_DEPTH}; fix: flat key: value lines)",
+            first,
+            source,
+        )
+    try:
+        alias_line = _first_alias_line(fm_text)
+        if alias_line is not None:
+            # aliases let a few bytes expand into an exponentially large structure (billion laughs)
+            raise SkillFormatError(
+                "frontmatter uses a YAML alias (*name) (fix: write the value out)", first + alias_line, source
+            )
+        node = yaml.compose(fm_text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(fm_text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = first + mark.line if mark is not None else None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SkillFormatError(f"frontmatter is not valid YAML ({problem}; fix: quote the value)", line, source) from None
+    except RecursionError:
+        raise SkillFormatError("frontmatter is nested too deeply (fix: flat key: value lines)", first, source) from None
+    if not isinstance(node, yaml.MappingNode) or not isinstance(data, dict):
+        raise SkillFormatError(
+            "frontmatter is not a mapping of keys (fix: lines like 'name: my-skill' and 'description: ...')",
+            first,
+            source,
+        )
+
+    key_nodes: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    for k, v in node.value:
+        if not isinstance(k, yaml.ScalarNode):
+            raise SkillFormatError("frontmatter key is not a plain string", first + k.start_mark.line, source)
+        if k.value in key_nodes:
+            raise SkillFormatError(f"frontmatter key {k.value!r} appears twice (fix: keep one)", first + k.start_mark.line, source)
+        key_nodes[k.value] = (k, v)
+    bad_keys = [k for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise SkillFormatError(f"frontmatter key {bad_keys[0]!r} is not a string (fix: quote it)", first, source)
+
+    def field_str(key: str, required: bool) -> str | None:
+        if key not in key_nodes:
+            if required:
+                raise SkillFormatError(f"frontmatter has no '{key}:' (fix: add it)", first, source)
+            return None
+        knode, vnode = key_nodes[key]
+        line = first + knode.start_mark.line
+        if not isinstance(vnode, yaml.ScalarNode):
+            raise SkillFormatError(f"'{key}:' is not a single text value (fix: one line of text)", line, source)
+        return _scalar_text(vnode)
+
+    name = field_str("name", True)
+    name_line = first + key_nodes["name"][0].start_mark.line
+    problem = name_problem(name if name is not None else "")
+    if problem:
+        raise SkillFormatError(f"name: {problem}", name_line, source)
+    description = field_str("description", True)
+    desc_line = first + key_nodes["description"][0].start_mark.line
+    problem = description_problem(description if description is not None else "")
+    if problem:
+        raise SkillFormatError(f"description: {problem}", desc_line, source)
+
+    metadata = SkillMetadata()
+    mutable: bool | None = None
+    if "metadata" in key_nodes:
+        knode, vnode = key_nodes["metadata"]
+        mline = first + knode.start_mark.line
+        raw = data["metadata"]
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict) or not isinstance(vnode, (yaml.MappingNode, yaml.ScalarNode)):
+            raise SkillFormatError("metadata: is not a mapping (fix: indented 'key: value' lines)", mline, source)
+        sub = {k.value: v for k, v in vnode.value} if isinstance(vnode, yaml.MappingNode) else {}
+        if any(not isinstance(k, str) for k in raw):
+            raise SkillFormatError("metadata: has a key that is not a string (fix: quote it)", mline, source)
+        extra_meta = {k: v for k, v in raw.items() if k not in OWN_METADATA_KEYS}
+
+        def meta_str(key: str) -> str | None:
+            if key not in raw:
+                return None
+            if not isinstance(sub.get(key), yaml.ScalarNode):
+                raise SkillFormatError(f"metadata.{key}: is not a single text value", mline, source)
+            return _scalar_text(sub[key])
+
+        provenance = meta_str("provenance") or "curated"
+        if provenance not in ("curated", "human"):
+            raise SkillFormatError(
+                f"metadata.provenance: {provenance!r} is not curated or human (fix: one of them)", mline, source
+            )
+        if "mutable" in raw:
+            if not isinstance(raw["mutable"], bool):
+                raise SkillFormatError(f"metadata.mutable: {raw['mutable']!r} is not true/false", mline, source)
+            mutable = raw["mutable"]
+        metadata = SkillMetadata(
+            provenance=provenance,  # type: ignore[arg-type]
+            source=meta_str("source"),
+            taxonomy=meta_str("taxonomy"),
+            extra=extra_meta,
+        )
+    extra = {k: v for k, v in data.items() if k not in ("name", "description", "metadata")}
+    try:
+        return Skill(name=name, description=description, body=body, metadata=metadata, mutable=mutable, extra=extra)  # type: ignore[arg-type]
+    except SkillError as e:
+        raise SkillFormatError(str(e), None, source) from None
+
+
+def write_skill_md(skill: Skill) -> str:
+    return skill.to_markdown()
+
+
+def render_for_prompt(skills: Iterable[Skill]) -> str:
+    """Retrieved skills as one prompt section (their SKILL.md text, blank-line separated); '(none)' if empty."""
+    texts = [s.prompt_text() for s in skills]
+    return "\n\n".join(texts) if texts else "(none)"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Curator functions (the paper's three tools)
+
+CURATOR_FUNCTIONS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "new_skill_insert",
+            "description": "Add a new skill to the skill repository.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "skill_name": {
+                        "type": "string",
+                        "description": "Name of the new skill: lowercase letters, digits and hyphens, at most 64.",
+                    },
+                    "content": {
+                        "type": "string",
+                        "description": "The full SKILL.md text: YAML frontmatter with name (equal to skill_name) "
+                        "and description (when to use the skill), then a markdown body.",
+                    },
+                },
+                "required": ["skill_name", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "skill_update",
+            "description": "Rename an existing skill and/or replace its content.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "skill_name": {"type": "string", "description": "Name of an existing skill."},
+                    "new_name": {"type": "string", "description": "New name for the skill (optional)."},
+                    "new_content": {
+                        "type": "string",
+                        "description": "New full SKILL.md text (optional); its frontmatter name must equal the "
+                        "skill's (new) name.",
+                    },
+                },
+                "required": ["skill_name"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "skill_delete",
+            "description": "Delete an existing skill from the skill repository.",
+            "parameters": {
+                "type": "object",
+                "properties": {"skill_name": {"type": "string", "description": "Name of an existing skill."}},
+                "required": ["skill_name"],
+            },
+        },
+    },
+]
+
+_SCHEMAS = {f["function"]["name"]: f["function"]["parameters"] for f in CURATOR_FUNCTIONS}
+
+
+@dataclass(frozen=True)
+class OpResult:
+    """The outcome of one curator function call. ``skill`` is the inserted/updated skill when ok."""
+
+    ok: bool
+    function: str
+    skill_name: str | None
+    error: str | None = None
+    skill: Skill | None = None
+
+    @property
+    def writes_content(self) -> bool:
+        """A successful insert or update: the content a judge scores for r_cnt."""
+        return self.ok and self.function in ("new_skill_insert", "skill_update") and self.skill is not None
+
+    def to_record(self) -> dict[str, Any]:
+        return {"ok": self.ok, "function": self.function, "skill_name": self.skill_name, "error": self.error}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The repo
+
+
+class SkillRepo:
+    """Skills in memory, in insertion order, with BM25 retrieval kept current after every operation.
+
+    Limits: ``max_content_chars`` bounds one SKILL.md a curator writes; ``max_skills`` bounds the number of
+    curated skills (human skills do not count: they are not the curator's to grow).
+    """
+
+    def __init__(
+        self,
+        skills: Iterable[Skill] = (),
+        *,
+        max_content_chars: int = 20000,
+        max_skills: int = 200,
+        retrieval_fields: Iterable[str] = DEFAULT_FIELDS,
+        top_k: int = 5,
+    ):
+        if max_content_chars < 1 or max_skills < 1 or top_k < 0:
+            raise SkillError(
+                f"SkillRepo: max_content_chars={max_content_chars}, max_skills={max_skills}, top_k={top_k} "
+                "(fix: positive limits, top_k >= 0)"
+            )
+        self.max_content_chars = max_content_chars
+        self.max_skills = max_skills
+        self.top_k = top_k
+        self.retrieval_fields = tuple(retrieval_fields)
+        self._skills: dict[str, Skill] = {}
+        self._index = BM25Index()
+        for s in skills:
+            self.add(s)
+
+    @classmethod
+    def from_spec(
+        cls, skills: SkillsSpec, retrieval: RetrievalSpec, *, base_dir: str | Path | None = None
+    ) -> SkillRepo:
+        """An empty repo with the spec's limits, plus the spec's human skills (a path relative to base_dir)."""
+        repo = cls(
+            max_content_chars=skills.max_content_chars,
+            max_skills=skills.max_skills,
+            retrieval_fields=retrieval.fields,
+            top_k=retrieval.top_k,
+        )
+        if skills.human_skills:
+            p = Path(skills.human_skills)
+            if not p.is_absolute() and base_dir is not None:
+                p = Path(base_dir) / p
+            for s in import_human_skills(p):
+                repo.add(s)
+        return repo
+
+    @classmethod
+    def for_experiment(cls, spec: ExperimentSpec) -> SkillRepo:
+        return cls.from_spec(spec.skills, spec.retrieval, base_dir=spec.source_dir)
+
+    def copy(self) -> SkillRepo:
+        """An independent repo with the same skills (skills are immutable records, so this is cheap)."""
+        new = SkillRepo.__new__(SkillRepo)
+        new.max_content_chars = self.max_content_chars
+        new.max_skills = self.max_skills
+        new.top_k = self.top_k
+        new.retrieval_fields = self.retrieval_fields
+        new._skills = dict(self._skills)
+        new._index = self._index.copy()
+        return new
+
+    # -- reading
+    def __len__(self) -> int:
+        return len(self._skills)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._skills
+
+    def __iter__(self) -> Iterator[Skill]:
+        return iter(list(self._skills.values()))
+
+    def get(self, name: str) -> Skill | None:
+        return self._skills.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._skills)
+
+    @property
+    def curated_count(self) -> int:
+        return sum(1 for s in self._skills.values() if s.provenance == "curated")
+
+    def text(self) -> str:
+        """The whole repo as the models see it (for r_comp's |S_i| token count)."""
+        return "\n\n".join(s.prompt_text() for s in self._skills.values())
+
+    def state_hash(self) -> str:
+        """sha256 of everything observable (order, SKILL.md text, flags, resources)."""
+        h = hashlib.sha256()
+        for s in self._skills.values():
+            h.update(json.dumps([s.to_markdown(), s.mutable, list(s.resources)]).encode("utf-8"))
+            h.update(b"\x00")
+        return h.hexdigest()
+
+    def retrieve(self, query: str, k: int | None = None) -> list[Skill]:
+        """Top-k skills by BM25 over the configured fields; ties by name; skills sharing no term are not returned."""
+        k = self.top_k if k is None else k
+        return [self._skills[name] for name, _ in self._index.search(query, k)]
+
+    def retrieve_scored(self, query: str, k: int | None = None) -> list[tuple[Skill, float]]:
+        k = self.top_k if k is None else k
+        return [(self._skills[name], score) for name, score in self._index.search(query, k)]
+
+    # -- trusted writes (import, load)
+    def add(self, skill: Skill) -> None:
+        """Add a skill from a trusted source (human import, load). Raises SkillError on a duplicate name."""
+        if skill.name in self._skills:
+            raise SkillError(f"skill {skill.name}: already in the repo (fix: names must be unique)")
+        self._commit(skill)
+
+    def _commit(self, skill: Skill, replaces: str | None = None) -> None:
+        if replaces is not None and replaces != skill.name:
+            # a rename keeps the skill's place in the repo order
+            self._skills = {(skill.name if n == replaces else n): (skill if n == replaces else s) for n, s in self._skills.items()}
+            self._index.remove(replaces)
+        else:
+            self._skills[skill.name] = skill
+        self._index.upsert(skill.name, skill_document(skill, self.retrieval_fields))
+
+    # -- the curator's operations
+    def _fail(self, function: str, skill_name: Any, error: str) -> OpResult:
+        return OpResult(False, function, skill_name if isinstance(skill_name, str) else None, error)
+
+    def _parse_curated(self, content: Any, expected_name: str, what: str) -> Skill | str:
+        """Parse curator content, or return the error text."""
+        if not isinstance(content, str):
+            return f"{what} is a {type(content).__name__}, not a string (fix: the full SKILL.md text)"
+        if len(content) > self.max_content_chars:
+            return f"{what} has {len(content)} characters, more than {self.max_content_chars} (fix: shorten the skill)"
+        try:
+            skill = parse_skill_md(content)
+        except SkillFormatError as e:
+            return f"{what}: {e.problem}" + (f" (line {e.line})" if e.line else "")
+        if skill.name != expected_name:
+            return f"{what}: frontmatter name {skill.name!r} disagrees with {expected_name!r} (fix: make them equal)"
+        if skill.provenance != "curated" or not skill.mutable:
+            return f"{what}: a curator can only write curated, mutable skills (fix: drop metadata.provenance/mutable)"
+        return skill
+
+    def new_skill_insert(self, skill_name: str, content: str) -> OpResult:
+        fn = "new_skill_insert"
+        problem = name_problem(skill_name)
+        if problem:
+            return self._fail(fn, skill_name, f"skill_name: {problem}")
+        if skill_name in self._skills:
+            return self._fail(fn, skill_name, f"skill_name: {skill_name!r} already exists (fix: skill_update it)")
+        if self.curated_count >= self.max_skills:
+            return self._fail(fn, skill_name, f"the repo holds {self.max_skills} skills, the limit (fix: delete or update one)")
+        parsed = self._parse_curated(content, skill_name, "content")
+        if isinstance(parsed, str):
+            return self._fail(fn, skill_name, parsed)
+        self._commit(parsed)
+        return OpResult(True, fn, skill_name, None, parsed)
+
+    def skill_update(self, skill_name: str, new_name: str | None = None, new_content: str | None = None) -> OpResult:
+        """Rename and/or replace content. An empty string counts as not given (models often fill optional
+        fields with "")."""
+        fn = "skill_update"
+        problem = name_problem(skill_name)
+        if problem:
+            return self._fail(fn, skill_name, f"skill_name: {problem}")
+        old = self._skills.get(skill_name)
+        if old is None:
+            return self._fail(fn, skill_name, f"skill_name: {skill_name!r} does not exist (fix: insert it, or name an existing skill)")
+        if not old.mutable:
+            return self._fail(fn, skill_name, f"skill_name: {skill_name!r} is a read-only {old.provenance} skill (fix: insert a new skill)")
+        new_name = new_name or None
+        new_content = new_content or None
+        if new_name is None and new_content is None:
+            return self._fail(fn, skill_name, "nothing to update (fix: give new_name, new_content or both)")
+        target = skill_name
+        if new_name is not None:
+            problem = name_problem(new_name)
+            if problem:
+                return self._fail(fn, skill_name, f"new_name: {problem}")
+            if new_name != skill_name and new_name in self._skills:
+                return self._fail(fn, skill_name, f"new_name: {new_name!r} already exists (fix: another name)")
+            target = new_name
+        if new_content is not None:
+            parsed = self._parse_curated(new_content, target, "new_content")
+            if isinstance(parsed, str):
+                return self._fail(fn, skill_name, parsed)
+            updated = parsed
+        else:
+            updated = replace(old, name=target)
+        self._commit(updated, replaces=skill_name)
+        return OpResult(True, fn, skill_name, None, updated)
+
+    def skill_delete(self, skill_name: str) -> OpResult:
+        fn = "skill_delete"
+        problem = name_problem(skill_name)
+        if problem:
+            return self._fail(fn, skill_name, f"skill_name: {problem}")
+        old = self._skills.get(skill_name)
+        if old is None:
+            return self._fail(fn, skill_name, f"skill_name: {skill_name!r} does not exist (fix: name an existing skill)")
+        if not old.mutable:
+            return self._fail(fn, skill_name, f"skill_name: {skill_name!r} is a read-only {old.provenance} skill")
+        del self._skills[skill_name]
+        self._index.remove(skill_name)
+        return OpResult(True, fn, skill_name, None, None)
+
+    def apply(self, function_name: Any, arguments: Any) -> OpResult:
+        """Dispatch one tool call; argument names and types are checked against :data:`CURATOR_FUNCTIONS`."""
+        fname = function_name if isinstance(function_name, str) else repr(function_name)
+        if function_name not in _SCHEMAS:
+            return OpResult(
+                False, fname, None, f"unknown function {fname!r} (fix: one of {', '.join(_SCHEMAS)})"
+            )
+        if not isinstance(arguments, dict):
+            return OpResult(False, fname, None, f"arguments is a {type(arguments).__name__}, not an object")
+        schema = _SCHEMAS[fname]
+        skill_name = arguments.get("skill_name")
+        unknown = [k for k in arguments if k not in schema["properties"]]
+        if unknown:
+            return self._fail(
+                fname, skill_name, f"unknown argument {unknown[0]!r} (fix: only {', '.join(schema['properties'])})"
+            )
+        missing = [k for k in schema["required"] if k not in arguments]
+        if missing:
+            return self._fail(fname, skill_name, f"missing required argument {missing[0]!r}")
+        for k, v in arguments.items():
+            optional = k not in schema["required"]
+            if not (isinstance(v, str) or (optional and v is None)):
+                return self._fail(fname, skill_name, f"argument {k!r} is a {type(v).__name__}, not a string")
+        return getattr(self, fname)(**arguments)
+
+    # -- folders
+    def save(self, root: str | Path) -> None:
+        """Write one folder per skill (``<root>/<name>/SKILL.md`` + resources) and a manifest, atomically per
+        file. Folders of skills deleted since the last save (listed in the old manifest) are removed; nothing
+        else in ``root`` is touched. Refuses symlinks in the target."""
+        root = Path(root)
+        if root.exists() and not root.is_dir():
+            raise SkillPathError(f"save: {str(root)!r} is not a folder (fix: a folder path)")
+        root.mkdir(parents=True, exist_ok=True)
+        manifest_path = root / MANIFEST_FILE
+        _refuse_symlink(manifest_path)
+        previous = _read_manifest(root) or []
+        for skill in self._skills.values():
+            folder = _safe_child(root, skill.name)
+            folder.mkdir(exist_ok=True)
+            target = folder / SKILL_FILE
+            _refuse_symlink(target)
+            atomic_write_text(target, skill.to_markdown())
+            for rel in skill.resources:
+                _copy_resource(skill, rel, folder)
+        manifest = {
+            "schema_version": MANIFEST_VERSION,
+            "skills": [{"name": s.name, "sha256": s.content_hash()} for s in self._skills.values()],
+        }
+        atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
+        for name in previous:
+            if name not in self._skills and NAME_RE.fullmatch(name):
+                stale = root / name
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale)
+
+    @classmethod
+    def load(cls, root: str | Path, **limits: Any) -> SkillRepo:
+        """Read a folder written by :meth:`save` (manifest order), or any folder of ``<name>/SKILL.md`` folders
+        (name order). Provenance and mutability come from each SKILL.md."""
+        root = Path(root)
+        if not root.is_dir():
+            raise SkillError(f"load: {str(root)!r} is not a folder (fix: a folder of skill folders)")
+        names = _read_manifest(root)
+        if names is None:
+            names = sorted(p.parent.name for p in root.glob(f"*/{SKILL_FILE}"))
+        repo = cls(**limits)
+        for name in names:
+            folder = _safe_child(root, name)
+            repo.add(read_skill_folder(folder))
+        return repo
+
+
+def _read_manifest(root: Path) -> list[str] | None:
+    p = root / MANIFEST_FILE
+    if not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        names = [row["name"] for row in data["skills"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise SkillError(f"{p}: not a twinrun skill manifest ({e}; fix: delete it to load the folders by name)") from None
+    for n in names:
+        if name_problem(n):
+            raise SkillPathError(f"{p}: skill name {n!r} is not a safe name (fix: repair the manifest)")
+    return names
+
+
+def _refuse_symlink(p: Path) -> None:
+    if p.is_symlink():
+        raise SkillPathError(f"save: {str(p)!r} is a symlink (fix: remove it; a skill repo never writes through links)")
+
+
+def _safe_child(root: Path, name: str) -> Path:
+    """root/name, only if name is a safe skill name and root/name is not a symlink."""
+    problem = name_problem(name)
+    if problem:
+        raise SkillPathError(f"skill folder: {problem}")
+    child = root / name
+    _refuse_symlink(child)
+    if child.parent != root:  # belt and braces: NAME_RE already excludes separators and dots
+        raise SkillPathError(f"skill folder: {name!r} leaves {str(root)!r}")
+    return child
+
+
+def _copy_resource(skill: Skill, rel: str, folder: Path) -> None:
+    problem = resource_path_problem(rel)
+    if problem:
+        raise SkillPathError(f"skill {skill.name} resource {rel!r}: {problem}")
+    if skill.origin is None:
+        raise SkillError(f"skill {skill.name} resource {rel!r}: the skill has no origin folder to copy it from")
+    src = _resource_source(skill.origin, rel)
+    dst = folder
+    for part in PurePosixPath(rel).parts[:-1]:
+        dst = dst / part
+        _refuse_symlink(dst)
+        dst.mkdir(exist_ok=True)
+    dst = dst / PurePosixPath(rel).name
+    _refuse_symlink(dst)
+    if src.resolve() == dst.resolve():
+        return  # saving a repo into the folder it was loaded from
+    tmp = dst.with_name(f".{dst.name}.tmp.{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _resource_source(origin: Path, rel: str) -> Path:
+    src = origin / rel
+    base = origin.resolve()
+    real = src.resolve()
+    if not real.is_relative_to(base) or not real.is_file():
+        raise SkillPathError(f"resource {str(src)!r}: not a file inside {str(origin)!r} (fix: no links out of the skill)")
+    return src
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Reading skill folders and human-written skills
+
+
+def _list_resources(folder: Path) -> tuple[str, ...]:
+    out: list[str] = []
+    base = folder.resolve()
+    for d in RESOURCE_DIRS:
+        top = folder / d
+        if not top.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+            dirnames.sort()
+            for fn in sorted(filenames):
+                p = Path(dirpath) / fn
+                if not p.resolve().is_relative_to(base) or not p.resolve().is_file():
+                    raise SkillPathError(f"{p}: links outside its skill folder (fix: copy the file in)")
+                rel = p.relative_to(folder).as_posix()
+                if resource_path_problem(rel) is None:
+                    out.append(rel)
+    return tuple(out)
+
+
+def read_skill_folder(folder: Path) -> Skill:
+    """A skill folder (SKILL.md + optional references/ scripts/ assets/) as a Skill with resources."""
+    path = folder / SKILL_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SkillError(f"{path}: cannot be read ({e}; fix: a UTF-8 SKILL.md)") from None
+    skill = parse_skill_md(text, source=str(path))
+    return replace(skill, resources=_list_resources(folder), origin=folder)
+
+
+def import_human_skills(root: str | Path) -> list[Skill]:
+    """Read human-written skills as immutable ``human`` skills, sorted by name.
+
+    Layouts: SkillGym ``<major>/<minor>/skills/<skill>/SKILL.md`` (taxonomy ``<major>/<minor>``), and a plain
+    folder of ``<skill>/SKILL.md`` folders (or ``root`` itself being one skill folder). ``source`` is the skill
+    folder relative to ``root``.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise SkillError(f"human skills: {str(root)!r} is not a folder (fix: point skills.human_skills at one)")
+    found: list[tuple[Path, str | None]] = []
+    if (root / SKILL_FILE).is_file():
+        found.append((root, None))
+    for p in sorted(root.glob(f"*/*/skills/*/{SKILL_FILE}")):
+        rel = p.parent.relative_to(root).parts
+        found.append((p.parent, f"{rel[0]}/{rel[1]}"))
+    for p in sorted(root.glob(f"*/{SKILL_FILE}")):
+        found.append((p.parent, None))
+    if not found:
+        raise SkillError(
+            f"human skills: no SKILL.md under {str(root)!r} (fix: <skill>/SKILL.md or "
+            "<major>/<minor>/skills/<skill>/SKILL.md folders)"
+        )
+    skills: dict[str, Skill] = {}
+    where: dict[str, Path] = {}
+    for folder, taxonomy in found:
+        source = folder.relative_to(root).as_posix()
+        skill = read_skill_folder(folder)
+        skill = replace(
+            skill,
+            metadata=replace(
+                skill.metadata, provenance="human", source=source, taxonomy=taxonomy or skill.metadata.taxonomy
+            ),
+            mutable=False,
+        )
+        if skill.name in skills:
+            raise SkillError(
+                f"human skills: name {skill.name!r} in both {where[skill.name]} and {folder} (fix: rename one)"
+            )
+        skills[skill.name] = skill
+        where[skill.name] = folder
+    return [skills[n] for n in sorted(skills)]

@@ -1,0 +1,770 @@
+"""Checkpoint sweeps: every checkpoint of every run, plus a no-memory baseline, on one held-out game list.
+
+One sweep (``--out DIR``) holds:
+    sweep.json          the manifest: sweep id, spec hash, the ordered game list and its hash, every arm with its
+                        checkpoint path and content hash (written once; later calls may add arms, never change
+                        the games)
+    arms/<arm>.jsonl    one :class:`EvalRecord` per game, in game order
+
+**Streaming curation** (as at training time, one position at a time): a checkpoint arm starts with an empty
+repo; for each game in order the frozen executor plays it with the skills retrieved from the repo, then the
+checkpoint's curator reads the curator input chi (task, retrieved skills, trajectory, result) and its
+operations update the repo that the next game retrieves from. The **baseline** arm plays the same games with no
+memory (empty repo, no curator). Replicate arms (``#r1``, ``#r2``, ...) play an arm again with other seeds, for
+the noise ceiling. The executor's sampling seed of a game is the same in every arm (common random numbers), so
+arm differences are not executor-seed noise; replicates change it.
+
+The per-game loop is core's curation session (:mod:`twinrun.core.curation`): one session per game on the arm's
+repo, so executor play, retrieval, curator-input rendering and op application are exactly the training code.
+
+**Resume**: rows are appended durably, one per game, after the game's curator ops are applied. A rerun reads an
+arm's complete rows (a torn last line from kill -9 is dropped), rebuilds its repo by replaying the recorded ops
+in order, and continues with the next game: no row is lost or written twice.
+
+**Curator policy**: a callable ``policy(curator_input: str) -> curator_turn: str``. The default generates with the
+checkpoint (transformers, the training chat template and the ``curate`` tool); any backend's generation can be
+plugged in through ``policy_factory``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from twinrun.core.errors import InfrastructureError, TwinrunError
+from twinrun.core.records import (
+    EpisodeRecord,
+    JsonlWriter,
+    Provenance,
+    RunPaths,
+    atomic_write_json,
+    provenance,
+    read_jsonl,
+    twinrun_version,
+)
+
+SWEEP_SCHEMA_VERSION = 1
+ARMS_DIR = "arms"
+MANIFEST = "sweep.json"
+BASELINE = "baseline"
+
+CuratorPolicy = Callable[[str], str]
+
+
+class SweepError(TwinrunError, ValueError):
+    """A sweep that cannot run as asked (one line: what, which value, fix)."""
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Records
+
+
+class CuratorOp(BaseModel):
+    """One curator operation applied after a game (replayed on resume to rebuild the repo exactly)."""
+
+    model_config = ConfigDict(extra="forbid")
+    function: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    ok: bool
+    error: str | None = None
+
+
+class EvalRecord(EpisodeRecord):
+    """One game of one sweep arm (`arms/<arm>.jsonl`). The game was played with the repo the arm's curator had
+    built from the games before it (streaming curation); `curator_ops` are the ops its curator applied after
+    seeing this game, in order."""
+
+    kind: Literal["eval"] = "eval"  # type: ignore[assignment]
+    sweep_id: str
+    arm: str
+    role: Literal["baseline", "checkpoint"]
+    run: str | None = None  # the curve this arm belongs to (run name); None for baseline arms
+    checkpoint_step: int | None = None
+    replicate: int = 0
+    game_index: int  # 0-based position in the sweep's game list
+    n_games: int
+    games_hash: str
+    repo_skills: int = 0  # skills in the repo while this game was played
+    repo_chars: int = 0  # size of the repo text while this game was played
+    curator_calls: int = 0  # curator generations after this game (0 for the baseline)
+    curator_ops: list[CuratorOp] = Field(default_factory=list)
+    curator_error: str | None = None  # the curator turn could not be generated (infrastructure): no ops applied
+    run_spec_hash: str | None = None  # the spec the run was trained with (provenance.spec_hash: the sweep's)
+    provenance: Provenance
+
+
+def games_hash(game_ids: Sequence[str]) -> str:
+    """sha256[:16] of the ordered game list: arms are paired only on the same list."""
+    return hashlib.sha256(json.dumps(list(game_ids)).encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Plan (the manifest)
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    arm: str
+    role: Literal["baseline", "checkpoint"]
+    replicate: int = 0
+    run: str | None = None
+    run_dir: str | None = None
+    backend: str | None = None
+    run_spec_hash: str | None = None
+    checkpoint_step: int | None = None
+    checkpoint_path: str | None = None
+    checkpoint_hash: str | None = None
+    checkpoint_stat: str | None = None  # fingerprint of names, sizes, mtimes (when to re-hash)
+
+
+@dataclass
+class SweepPlan:
+    sweep_id: str
+    spec_name: str
+    spec_hash: str
+    split: str
+    games: list[dict[str, Any]]  # GameRef.to_dict(), in play order
+    games_hash: str
+    executor_settings_hash: str | None
+    seed: int
+    created: float
+    twinrun_version: str
+    arms: list[ArmPlan] = field(default_factory=list)
+    schema_version: int = SWEEP_SCHEMA_VERSION
+
+    @property
+    def game_ids(self) -> list[str]:
+        return [g["game_id"] for g in self.games]
+
+    def arm(self, name: str) -> ArmPlan:
+        for a in self.arms:
+            if a.arm == name:
+                return a
+        raise SweepError(f"arm: {name!r} is not in sweep {self.sweep_id} (fix: one of {[a.arm for a in self.arms]})")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["arms"] = [asdict(a) for a in self.arms]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SweepPlan:
+        d = dict(d)
+        arms = [ArmPlan(**a) for a in d.pop("arms", [])]
+        return cls(**d, arms=arms)
+
+
+def load_plan(out_dir: str | Path) -> SweepPlan | None:
+    p = Path(out_dir) / MANIFEST
+    if not p.exists():
+        return None
+    try:
+        return SweepPlan.from_dict(json.loads(p.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, TypeError) as e:
+        raise SweepError(f"{p}: not a sweep manifest ({e}; fix: use a new --out folder)") from None
+
+
+def select_games(games: Sequence[Any], n: int | None, seed: int) -> list[Any]:
+    """The sweep's game list: a fixed, seeded, type-stratified subset of `n` games (all when n is None), in a
+    seeded play order. Stratified: each task type gets its share of n by largest remainder (at least one when
+    n allows), drawn with a seed of its own, so the subset is the same in every process."""
+    from twinrun.core.curation import stable_int
+
+    by_type: dict[str, list[Any]] = {}
+    for g in sorted(games, key=lambda g: g.game_id):
+        by_type.setdefault(g.task_type, []).append(g)
+    total = sum(len(v) for v in by_type.values())
+    if n is None or n >= total:
+        chosen = [g for v in by_type.values() for g in v]
+    else:
+        types = sorted(by_type)
+        quota = {t: n * len(by_type[t]) / total for t in types}
+        take = {t: int(quota[t]) for t in types}
+        for t in sorted(types, key=lambda t: (-(quota[t] - take[t]), t))[: n - sum(take.values())]:
+            take[t] += 1
+        chosen = []
+        for t in types:
+            rng = random.Random(stable_int("sweep-games", seed, t))
+            chosen.extend(rng.sample(by_type[t], take[t]))
+    order = random.Random(stable_int("sweep-order", seed, len(chosen)))
+    chosen = sorted(chosen, key=lambda g: g.game_id)
+    order.shuffle(chosen)
+    return chosen
+
+
+def discover_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``checkpoints/step-NNNNNN`` folders holding an HF model (config.json), by step. Hidden ``.step-*`` temp
+    folders (a checkpoint being written) are not checkpoints."""
+    root = RunPaths(Path(run_dir)).checkpoints
+    out = []
+    for p in sorted(root.glob("step-*")) if root.is_dir() else []:
+        try:
+            step = int(p.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if (p / "config.json").is_file():
+            out.append((step, p))
+    return sorted(out)
+
+
+def checkpoint_hash(path: str | Path) -> str:
+    """sha256[:16] over the checkpoint folder's files (relative names and bytes, sorted): the content hash that
+    every eval row carries, so a row can never be attributed to a checkpoint that was silently replaced."""
+    root = Path(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(root)).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def checkpoint_fingerprint(path: str | Path) -> str:
+    """sha256[:16] of the checkpoint's file names, sizes and mtimes: cheap; a change means re-hash the content."""
+    root = Path(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        st = f.stat()
+        h.update(f"{f.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _run_identity(run_dir: Path) -> tuple[str | None, str | None]:
+    """(backend, spec hash) of a training run, from its metrics.jsonl provenance or spec.yaml."""
+    paths = RunPaths(run_dir)
+    backend = spec_hash = None
+    for row in read_jsonl(paths.metrics):
+        backend = row.get("backend") or (row.get("provenance") or {}).get("backend")
+        spec_hash = (row.get("provenance") or {}).get("spec_hash")
+        break
+    if spec_hash is None and paths.spec.exists():
+        from twinrun.core.spec import load_spec
+
+        try:
+            spec_hash = load_spec(paths.spec).spec_hash()
+        except TwinrunError:
+            spec_hash = None
+    return backend, spec_hash
+
+
+def parse_run_dirs(run_dirs: Sequence[str | Path]) -> dict[str, Path]:
+    """``NAME=PATH`` or ``PATH`` (name: the folder's name) -> {name: path}; names are unique."""
+    out: dict[str, Path] = {}
+    for item in run_dirs:
+        s = str(item)
+        name, path = s.split("=", 1) if "=" in s and not Path(s).exists() else (None, s)
+        p = Path(path)
+        if not p.is_dir():
+            raise SweepError(f"RUN_DIR: {path!r} is not a folder (fix: a training run directory, or NAME=PATH)")
+        name = name or p.resolve().name
+        if "/" in name or "#" in name or "@" in name or not name:
+            raise SweepError(f"RUN_DIR: run name {name!r} may not contain '/', '@' or '#' (fix: NAME=PATH)")
+        if name == BASELINE:
+            raise SweepError(f"RUN_DIR: a run may not be named {BASELINE!r} (fix: NAME=PATH with another name)")
+        if name in out:
+            raise SweepError(f"RUN_DIR: two runs are named {name!r} (fix: name them, e.g. trl={path})")
+        out[name] = p
+    return out
+
+
+def arm_name(run: str, step: int, replicate: int = 0) -> str:
+    base = f"{run}@{step}"
+    return base if replicate == 0 else f"{base}#r{replicate}"
+
+
+def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
+               split: str, executor_settings_hash: str | None, baseline_replicates: int = 0,
+               replicate_checkpoints: Mapping[str, Sequence[int] | str] | None = None) -> SweepPlan:
+    """Create the manifest, or extend an existing one with new arms (same spec and games, else refused).
+
+    replicate_checkpoints: run name -> steps to replicate once more (``"all"`` = every checkpoint)."""
+    out = Path(out_dir)
+    existing = load_plan(out)
+    game_dicts = [g.to_dict() for g in games]
+    ids = [g["game_id"] for g in game_dicts]
+    if existing is not None:
+        if existing.games_hash != games_hash(ids):
+            raise SweepError(
+                f"--out: {str(out)!r} holds sweep {existing.sweep_id} on another game list "
+                f"({existing.games_hash} vs {games_hash(ids)}); arms of different game lists cannot be paired "
+                "(fix: a new --out folder, or the same split/eval_games/seed)"
+            )
+        if existing.spec_hash != spec.spec_hash():
+            raise SweepError(
+                f"--out: {str(out)!r} holds sweep {existing.sweep_id} of spec {existing.spec_hash}, not "
+                f"{spec.spec_hash()} (fix: a new --out folder, or the spec that sweep used)"
+            )
+        plan = existing
+    else:
+        plan = SweepPlan(
+            sweep_id=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            spec_name=spec.name, spec_hash=spec.spec_hash(), split=split, games=game_dicts, games_hash=games_hash(ids),
+            executor_settings_hash=executor_settings_hash, seed=spec.seed, created=time.time(),
+            twinrun_version=twinrun_version(),
+        )
+    have = {a.arm: a for a in plan.arms}
+
+    def add(a: ArmPlan) -> None:
+        old = have.get(a.arm)
+        if old is None:
+            plan.arms.append(a)
+            have[a.arm] = a
+        elif old.checkpoint_hash != a.checkpoint_hash:
+            raise SweepError(
+                f"arm {a.arm!r}: checkpoint {a.checkpoint_path} changed since this sweep evaluated it "
+                f"({old.checkpoint_hash} -> {a.checkpoint_hash}) (fix: a new --out folder for the new weights)"
+            )
+
+    for r in range(baseline_replicates + 1):
+        add(ArmPlan(arm=BASELINE if r == 0 else f"{BASELINE}#r{r}", role="baseline", replicate=r))
+    reps = dict(replicate_checkpoints or {})
+    unknown = sorted(set(reps) - set(run_dirs))
+    if unknown:
+        raise SweepError(f"--replicates: run {unknown[0]!r} is not among the RUN_DIRs (fix: one of {sorted(run_dirs)})")
+    for run, run_dir in run_dirs.items():
+        ckpts = discover_checkpoints(run_dir)
+        if not ckpts:
+            raise SweepError(
+                f"RUN_DIR: {str(run_dir)!r} has no checkpoints/step-NNNNNN with config.json (fix: train first, or "
+                "point at the run folder that holds checkpoints/)"
+            )
+        backend, run_spec = _run_identity(run_dir)
+        want = reps.get(run, ())
+        for step, path in ckpts:
+            known = have.get(arm_name(run, step))
+            stat = checkpoint_fingerprint(path)
+            # hashing an 8B checkpoint takes a minute: reuse the recorded hash while names, sizes and mtimes match
+            chash = known.checkpoint_hash if known and known.checkpoint_stat == stat else checkpoint_hash(path)
+            for r in range(2 if (want == "all" or step in want) else 1):
+                add(ArmPlan(arm=arm_name(run, step, r), role="checkpoint", replicate=r, run=run,
+                            run_dir=str(Path(run_dir).resolve()), backend=backend, run_spec_hash=run_spec,
+                            checkpoint_step=step, checkpoint_path=str(path.resolve()), checkpoint_hash=chash,
+                            checkpoint_stat=stat))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / MANIFEST, plan.to_dict())
+    return plan
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Curator policies
+
+
+def no_ops_policy_factory(arm: ArmPlan, spec: Any) -> CuratorPolicy:
+    """A curator that never writes a skill (its turn has no tool call). For plumbing tests and a 'curator
+    switched off' control; it is not a checkpoint's behaviour."""
+
+    def policy(curator_input: str) -> str:
+        return "(no operations)"
+
+    return policy
+
+
+class HFCuratorPolicy:
+    """Generate curator turns with an HF checkpoint: the system prompt and chi as the chat, the ``curate`` tool
+    in the chat template (as in training), the spec's sampling settings, ``curator.max_response_tokens`` new
+    tokens. The seed of a generation is derived from (seed, chi), so a rerun of the same input reproduces it on
+    the same hardware. torch/transformers are imported on first use."""
+
+    def __init__(self, model_dir: str | Path, *, system_prompt: str, tools: list[dict[str, Any]], temperature: float,
+                 top_p: float, top_k: int | None, max_new_tokens: int, seed: int,
+                 tokenizer_dir: str | Path | None = None, device: str = "cpu"):
+        self.model_dir = str(model_dir)
+        self.tokenizer_dir = str(tokenizer_dir) if tokenizer_dir else None
+        self.system_prompt = system_prompt
+        self.tools = tools
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self.device = device
+        self._model: Any = None
+        self._tok: Any = None
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError:
+            from twinrun.core.errors import DependencyMissing
+
+            raise DependencyMissing("sweep: transformers is missing (fix: pip install 'twinrun[trl]')") from None
+        sources = [self.model_dir] + ([self.tokenizer_dir] if self.tokenizer_dir else [])
+        for src in sources:
+            try:
+                self._tok = AutoTokenizer.from_pretrained(src)
+                break
+            except (OSError, ValueError):
+                continue
+        if self._tok is None:
+            raise SweepError(f"checkpoint {self.model_dir}: no tokenizer there or at curator.model (fix: save the "
+                             "tokenizer with the checkpoint)")
+        try:
+            self._model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(self.device)
+        except OSError as e:
+            raise SweepError(f"checkpoint {self.model_dir}: cannot be loaded ({e}; fix: an HF model folder)") from None
+        self._model.eval()
+
+    def __call__(self, curator_input: str) -> str:
+        import torch
+
+        from twinrun.core.curation import stable_int
+
+        self._load()
+        messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": curator_input}]
+        enc = self._tok.apply_chat_template(messages, tools=self.tools, add_generation_prompt=True,
+                                            return_tensors="pt", return_dict=True)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        torch.manual_seed(stable_int("curator-turn", self.seed, curator_input) % (2**31))
+        kw: dict[str, Any] = {"max_new_tokens": self.max_new_tokens,
+                              "pad_token_id": self._tok.pad_token_id or self._tok.eos_token_id}
+        if self.temperature > 0:
+            kw.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
+            if self.top_k:
+                kw["top_k"] = self.top_k
+        else:
+            kw["do_sample"] = False
+        try:
+            with torch.no_grad():
+                out = self._model.generate(**enc, **kw)
+        except RuntimeError as e:  # out of memory, device failure: infrastructure, not the curator's choice
+            raise InfrastructureError(f"curator generation failed: {e}") from e
+        return self._tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,
+                      device: str = "cpu") -> CuratorPolicy:
+    """The default: generate with the arm's checkpoint (tokenizer from the checkpoint, else from curator.model)."""
+    from twinrun.core.toolcalls import CURATE_TOOL
+
+    assert arm.checkpoint_path is not None
+    from twinrun.models import resolve_model
+
+    try:  # the tokenizer's fallback source when a checkpoint was saved without one
+        tok_dir = resolve_model(spec.curator.model, cache_dir)
+    except TwinrunError:
+        tok_dir = None
+    return HFCuratorPolicy(
+        arm.checkpoint_path, system_prompt=spec.read_prompt("curator_system").strip(), tools=[CURATE_TOOL],
+        temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
+        max_new_tokens=spec.curator.max_response_tokens, seed=spec.seed * 1000 + arm.replicate,
+        tokenizer_dir=tok_dir, device=device,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Running one arm
+
+
+@dataclass
+class ArmOutcome:
+    arm: str
+    rows: int
+    resumed_from: int
+    unmeasured: int
+    successes: int
+    wall_s: float
+
+
+def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str, str] | None = None,
+                  executor: Any = None, prov: Provenance | None = None) -> Any:
+    """Core's curation runtime for sweeps: spec executor, env pool, curator prompts, one game per session, no
+    judge (sweeps measure task success only)."""
+    from twinrun.core.curation import CurationRuntime, CuratorPrompts
+    from twinrun.core.envs import make_pool
+    from twinrun.core.executors import make_executor
+    from twinrun.core.skills import SkillRepo
+
+    env = spec.environment
+    executor = executor or make_executor(spec, environ=environ)
+    pool = make_pool(env.name, env.workers if workers is None else workers, expert=bool(executor.policy.needs_expert))
+    prompts = CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input"))
+    return CurationRuntime(
+        env_name=env.name, pool=pool, executor=executor, curator_prompts=prompts, reward=spec.reward,
+        new_repo=lambda: SkillRepo.for_experiment(spec), top_k=spec.retrieval.top_k, group_size=1, judge=None,
+        seed=spec.seed, provenance=prov,
+    )
+
+
+def _completed_rows(path: Path, plan: SweepPlan, arm: ArmPlan) -> list[dict[str, Any]]:
+    rows = list(read_jsonl(path))
+    for i, row in enumerate(rows):
+        where = f"{path}:{i + 1}"
+        if row.get("sweep_id") != plan.sweep_id or row.get("arm") != arm.arm:
+            raise SweepError(f"{where}: row of sweep {row.get('sweep_id')!r} arm {row.get('arm')!r} in arm file "
+                             f"{arm.arm!r} of sweep {plan.sweep_id} (fix: do not mix sweeps in one --out folder)")
+        if row.get("game_index") != i or row.get("game_id") != plan.games[i]["game_id"]:
+            raise SweepError(f"{where}: game {row.get('game_index')} where game {i} ({plan.games[i]['game_id']}) was "
+                             "expected (fix: the arm file was edited; remove it to replay the arm)")
+    return rows
+
+
+def _replay(repo: Any, rows: Sequence[Mapping[str, Any]], arm: str) -> None:
+    """Rebuild the repo from recorded ops: each op that succeeded is applied again and must succeed again."""
+    for row in rows:
+        for op in row.get("curator_ops") or []:
+            if not op.get("ok"):
+                continue  # an op that failed changed nothing (ops are atomic)
+            res = repo.apply(op["function"], op.get("arguments") or {})
+            if not res.ok:
+                raise SweepError(
+                    f"arm {arm!r} game {row['game_index']}: replaying {op['function']} failed ({res.error}) "
+                    "(fix: the arm file does not match this twinrun's skill repo; remove it to replay the arm)"
+                )
+
+
+def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, runtime: Any,
+            policy: CuratorPolicy | None, *, on_row: Callable[[str, int], None] | None = None) -> ArmOutcome:
+    """Play (or finish) one arm: resume from its complete rows, then stream the remaining games."""
+    from twinrun.core.curation import TaskGroup
+    from twinrun.core.envs import GameRef
+    from twinrun.core.toolcalls import parse_curator_turn
+
+    arm = plan.arm(arm_name_)
+    path = Path(out_dir) / ARMS_DIR / f"{arm.arm}.jsonl"
+    done = _completed_rows(path, plan, arm)
+    repo = runtime.new_repo()
+    _replay(repo, done, arm.arm)
+    n = len(plan.games)
+    t0 = time.perf_counter()
+    prov = provenance(spec_hash=plan.spec_hash, run_id=arm.run, backend=arm.backend, checkpoint=arm.checkpoint_path,
+                      checkpoint_hash=arm.checkpoint_hash, seed=plan.seed,
+                      executor_settings_hash=plan.executor_settings_hash)
+    succ = sum(r["outcome"] == "success" for r in done)
+    unm = sum(r["outcome"] == "unmeasured" for r in done)
+    with JsonlWriter(path) as writer:  # truncates a torn last line before appending
+        for i in range(len(done), n):
+            game = GameRef.from_dict(plan.games[i])
+            # same group id in every arm: the executor's seed for this game is shared (common random numbers)
+            session = runtime.session(TaskGroup(f"sweep:{game.game_id}", game.task_type, (game,)), arm.replicate)
+            session.repo = repo
+            size, chars = len(repo), len(repo.text())
+            curator_input = session.start()
+            ops: list[CuratorOp] = []
+            calls, curator_error = 0, None
+            if arm.role == "checkpoint" and policy is not None:
+                calls = 1
+                try:
+                    turn = parse_curator_turn(policy(curator_input))
+                except InfrastructureError as e:
+                    turn, curator_error = None, str(e)
+                if turn is not None:
+                    session.submit(turn)
+                    for op, res in zip(turn.operations, session.last_op_results):
+                        args = op.arguments if isinstance(op.arguments, dict) else {}
+                        ops.append(CuratorOp(function=str(op.function), arguments=_jsonable(args), ok=res.ok,
+                                             error=res.error))
+            result = session.finish()
+            episode = result.positions[0].episode.record
+            fields = episode.model_dump(exclude={"kind", "schema_version", "position"})
+            row = EvalRecord(
+                **fields, position=i + 1, sweep_id=plan.sweep_id, arm=arm.arm, role=arm.role, run=arm.run,
+                checkpoint_step=arm.checkpoint_step, replicate=arm.replicate, game_index=i, n_games=n,
+                games_hash=plan.games_hash, repo_skills=size, repo_chars=chars, curator_calls=calls,
+                curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash,
+                provenance=prov.model_copy(update={"time": time.time()}),
+            )
+            writer.write(row)
+            succ += row.outcome == "success"
+            unm += row.outcome == "unmeasured"
+            if on_row is not None:
+                on_row(arm.arm, i + 1)
+    return ArmOutcome(arm.arm, n, len(done), unm, succ, round(time.perf_counter() - t0, 3))
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def rows_done(out_dir: str | Path, arm: str) -> int:
+    """Complete rows of an arm file (cheap: counts newline-terminated lines)."""
+    p = Path(out_dir) / ARMS_DIR / f"{arm}.jsonl"
+    if not p.exists():
+        return 0
+    with open(p, "rb") as f:
+        return f.read().count(b"\n")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The whole sweep
+
+
+PolicyFactory = Callable[[ArmPlan, Any], CuratorPolicy]
+
+
+@dataclass
+class SweepResult:
+    out_dir: Path
+    sweep_id: str
+    n_games: int
+    arms: dict[str, ArmOutcome]
+
+    def summary(self) -> dict[str, Any]:
+        return {"out_dir": str(self.out_dir), "sweep_id": self.sweep_id, "n_games": self.n_games,
+                "arms": {k: asdict(v) for k, v in self.arms.items()}}
+
+
+def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], out_dir: str | Path, *,
+          data_root: str | Path | None = None, environ: Mapping[str, str] | None = None, split: str | None = None,
+          n_games: int | None = None, baseline_replicates: int = 0,
+          replicate_checkpoints: Mapping[str, Sequence[int] | str] | None = None,
+          policy_factory: PolicyFactory | None = None, workers: int | None = None, ray_address: str | None = None,
+          ray_num_cpus: int | None = None, progress: bool = True, arms: Sequence[str] | None = None,
+          executor: Any = None) -> SweepResult:
+    """Evaluate every checkpoint of each run and a same-sweep baseline on the held-out games (resumable).
+
+    run_dirs: training run folders (``NAME=PATH`` strings or a name -> path mapping); data_root: the ALFWorld
+    data folder (else ``environ['ALFWORLD_DATA']``); split / n_games: default environment.eval_split /
+    environment.eval_games; policy_factory(arm, spec) -> policy: default generates with the checkpoint;
+    ray_address: fan arms out as Ray tasks ("local" starts a local Ray with ray_num_cpus CPUs);
+    arms: only these arms of the plan (default all); executor: an Executor object (tests) instead of the spec's.
+    """
+    from twinrun.core.envs import make_catalog
+
+    env = spec.environment
+    runs = parse_run_dirs(list(run_dirs)) if not isinstance(run_dirs, Mapping) else {
+        k: Path(v) for k, v in run_dirs.items()}
+    root = None
+    if env.name == "alfworld":
+        from twinrun.core.envs.alfworld import resolve_alfworld_data
+
+        root = resolve_alfworld_data(data_root, environ)
+    split = split or env.eval_split
+    catalog = make_catalog(env.name, split, data_root=root, task_types=env.task_types)
+    pool_games = [g for g in catalog.games() if not env.task_types or g.task_type in env.task_types]
+    games = select_games(pool_games, n_games if n_games is not None else env.eval_games, spec.seed)
+    from twinrun.core.executors import ExecutorPrompts, executor_settings_hash
+
+    if executor is not None:
+        ex_hash = executor.settings_hash
+    else:
+        prompts = ExecutorPrompts.from_files(spec.prompt_path("executor_system"), spec.prompt_path("executor_input"))
+        ex_hash = executor_settings_hash(spec.executor, prompts)
+    plan = plan_sweep(spec, runs, out_dir, games=games, split=split, executor_settings_hash=ex_hash,
+                      baseline_replicates=baseline_replicates, replicate_checkpoints=replicate_checkpoints)
+    unknown = sorted(set(arms or ()) - {a.arm for a in plan.arms})
+    if unknown:
+        raise SweepError(f"arms: {unknown[0]!r} is not an arm of this sweep (fix: one of {[a.arm for a in plan.arms]})")
+    todo = [a for a in plan.arms if arms is None or a.arm in arms]
+    factory = policy_factory or hf_policy_factory
+    if ray_address:
+        # workers get only the variable the executor reads (its endpoint key), not the caller's whole environment
+        passed = {k: environ[k] for k in (spec.executor.api_key_env,) if environ and k in environ}
+        outcomes = _sweep_ray(plan, todo, spec, out_dir, factory, workers, ray_address, ray_num_cpus, progress,
+                              passed)
+    else:
+        outcomes = _sweep_local(plan, todo, spec, out_dir, factory, workers, progress, environ, executor)
+    return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes)
+
+
+def _progress(enabled: bool) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    disable=not enabled, transient=False)
+
+
+def _sweep_local(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str | Path, factory: PolicyFactory,
+                 workers: int | None, progress: bool, environ: Mapping[str, str] | None, executor: Any
+                 ) -> dict[str, ArmOutcome]:
+    runtime = build_runtime(spec, workers=workers, environ=environ, executor=executor)
+    outcomes: dict[str, ArmOutcome] = {}
+    n = len(plan.games)
+    try:
+        with _progress(progress) as bars:
+            tasks = {a.arm: bars.add_task(a.arm, total=n, completed=rows_done(out_dir, a.arm)) for a in todo}
+            for a in todo:
+                if rows_done(out_dir, a.arm) >= n:
+                    outcomes[a.arm] = _finished(out_dir, a.arm, n)
+                    continue
+                policy = factory(a, spec) if a.role == "checkpoint" else None
+                outcomes[a.arm] = run_arm(plan, a.arm, spec, out_dir, runtime, policy,
+                                          on_row=lambda arm, k: bars.update(tasks[arm], completed=k))
+                del policy  # one checkpoint in memory at a time
+    finally:
+        runtime.close()
+    return outcomes
+
+
+def _finished(out_dir: str | Path, arm: str, n: int) -> ArmOutcome:
+    rows = list(read_jsonl(Path(out_dir) / ARMS_DIR / f"{arm}.jsonl"))
+    return ArmOutcome(arm, n, len(rows), sum(r["outcome"] == "unmeasured" for r in rows),
+                      sum(r["outcome"] == "success" for r in rows), 0.0)
+
+
+def _ray_arm_task(plan_dict: dict[str, Any], arm: str, spec_dict: dict[str, Any], spec_dir: str, out_dir: str,
+                  factory: PolicyFactory, workers: int | None, environ: dict[str, str] | None) -> dict[str, Any]:
+    """One arm in a Ray worker: its own runtime (env pool, executor), the same files as a local run."""
+    from twinrun.core.spec import spec_from_dict
+
+    spec = spec_from_dict(spec_dict, Path(spec_dir))
+    plan = SweepPlan.from_dict(plan_dict)
+    a = plan.arm(arm)
+    runtime = build_runtime(spec, workers=workers, environ=environ)
+    try:
+        policy = factory(a, spec) if a.role == "checkpoint" else None
+        return asdict(run_arm(plan, arm, spec, out_dir, runtime, policy))
+    finally:
+        runtime.close()
+
+
+def _sweep_ray(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str | Path, factory: PolicyFactory,
+               workers: int | None, address: str, num_cpus: int | None, progress: bool,
+               environ: Mapping[str, str] | None) -> dict[str, ArmOutcome]:
+    """Arms as Ray tasks (one CPU each); the driver shows progress by counting each arm file's complete rows.
+    Workers write the arm files themselves, so `out_dir` must be on a filesystem every node sees."""
+    try:
+        import ray
+    except ImportError:
+        from twinrun.core.errors import DependencyMissing
+
+        raise DependencyMissing("--ray: ray is missing (fix: pip install 'twinrun[verl]')") from None
+    started_here = False
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=num_cpus or 2, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+        started_here = True
+    n = len(plan.games)
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(_ray_arm_task)
+        spec_dict = spec.model_dump(mode="json")
+        pending = {}
+        outcomes: dict[str, ArmOutcome] = {}
+        for a in todo:
+            if rows_done(out_dir, a.arm) >= n:
+                outcomes[a.arm] = _finished(out_dir, a.arm, n)
+                continue
+            ref = remote.remote(plan.to_dict(), a.arm, spec_dict, str(spec.source_dir), str(Path(out_dir).resolve()),
+                                factory, workers, dict(environ) if environ else None)
+            pending[ref] = a.arm
+        with _progress(progress) as bars:
+            tasks = {a.arm: bars.add_task(a.arm, total=n, completed=rows_done(out_dir, a.arm)) for a in todo}
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                for a in todo:
+                    bars.update(tasks[a.arm], completed=rows_done(out_dir, a.arm))
+                for ref in ready:
+                    arm = pending.pop(ref)
+                    try:
+                        outcomes[arm] = ArmOutcome(**ray.get(ref))
+                    except ray.exceptions.RayTaskError as e:
+                        cause = e.as_instanceof_cause()
+                        if isinstance(cause, TwinrunError):
+                            raise cause from None
+                        raise
+    finally:
+        if started_here:
+            ray.shutdown()
+    return outcomes
