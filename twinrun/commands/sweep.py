@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from twinrun.cliutil import SetOption
+from twinrun.cliutil import CacheOption, SetOption, cache_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -52,7 +52,7 @@ def sweep_cmd(
     workers: int | None = typer.Option(None, "--workers", help="env worker processes (default: environment.workers)"),
     curator: str = typer.Option("hf", "--curator", help="'hf': generate with each checkpoint; 'no-ops': a curator "
                                 "that writes nothing (plumbing check, not a checkpoint's behaviour)"),
-    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="where tiny-qwen3 is built (tokenizer fallback)"),
+    cache: Path | None = CacheOption,
     device: str = typer.Option("cpu", "--device", help="torch device of the curator checkpoints"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     as_json: bool = typer.Option(False, "--json", help="print the sweep summary as JSON"),
@@ -65,7 +65,7 @@ def sweep_cmd(
     base_reps, run_reps = parse_replicates(replicates)
     if curator == "hf":
         def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
-            return sw.hf_policy_factory(arm, spec_, cache_dir=cache_dir, device=device)
+            return sw.hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
     elif curator == "no-ops":
         factory = sw.no_ops_policy_factory
     else:

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 
-from twinrun.cliutil import SetOption, spec_from_cli
+from twinrun.cliutil import CacheOption, SetOption, cache_dir, spec_from_cli
 from twinrun.core.errors import TwinrunError
 
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train)
-
-
-def cache_dir_option(value: Path | None) -> Path | None:
-    """--cache, else $TWINRUN_CACHE (documented in README): where tiny local models and warm starts are kept."""
-    if value is not None:
-        return value
-    env = os.environ.get("TWINRUN_CACHE")
-    return Path(env) if env else None
 
 
 def train(
@@ -29,7 +20,7 @@ def train(
     out: Path = typer.Option(..., "--out", help="run directory (never silently overwritten)"),
     resume: bool = typer.Option(False, "--resume", help="continue from the last complete checkpoint"),
     sets: list[str] = SetOption,
-    cache: Path | None = typer.Option(None, "--cache", help="model cache (default: $TWINRUN_CACHE)"),
+    cache: Path | None = CacheOption,
 ) -> None:
     """Train SPEC's curator with one backend; refuses if the spec's backends would not run the same work."""
     from twinrun.backends import registry
@@ -44,4 +35,4 @@ def train(
             f"plan: per-step counts differ between backends ({', '.join(plan['mismatched_counts'])}); "
             "refusing to train an arm its twin would not match (fix: run `twinrun plan` and align the knobs)"
         )
-    registry.trainer(backend)(spec, out, resume=resume, cache_dir=cache_dir_option(cache))
+    registry.trainer(backend)(spec, out, resume=resume, cache_dir=cache_dir(cache))

@@ -1,0 +1,157 @@
+"""`twinrun eval-agent`: the ScienceWorld agent-evaluation protocol (see twinrun/core/agent_eval.py).
+
+    twinrun eval-agent --checkpoint runs/sft-trl/checkpoints/step-000002 \\
+                       --checkpoint runs/sft-verl/checkpoints/step-000002 --out runs/eval [--passes 4 ...]
+    twinrun eval-agent --checkpoint CK --skills skills/human --out runs/eval-skills   # with/without-skill
+
+Each checkpoint is one arm (``--label`` names it; default: its folder names). With ``--skills DIR`` (a curated
+repo saved by twinrun, or a folder of human-written SKILL.md folders; repeatable) every checkpoint is played
+without skills and once per skill folder with its retrieved skills, on the same games and seeds. Results:
+``OUT/summary.json`` (and the printed table), ``OUT/episodes.jsonl``, ``OUT/trajectories.jsonl`` and sweep-style
+rows under ``OUT/compare/<group>/`` for ``twinrun compare OUT/compare/<group> --baseline <arm>``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer
+
+from twinrun.cliutil import CacheOption, cache_dir
+from twinrun.core.errors import TwinrunError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval-agent")(eval_agent)
+
+
+def _label(path: str) -> str:
+    p = Path(path)
+    parts = [x for x in (p.parent.parent.name if p.parent.name == "checkpoints" else p.parent.name, p.name) if x]
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts)).strip("-") or "model"
+
+
+def eval_agent(
+    checkpoint: list[str] = typer.Option([], "--checkpoint", help="HF model folder (or tiny-qwen3); repeatable"),
+    label: list[str] = typer.Option([], "--label", help="arm name per --checkpoint (default: folder names)"),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint instead of a folder"),
+    model: str | None = typer.Option(None, "--model", help="model name at --base-url"),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="env var holding the endpoint key"),
+    out: Path = typer.Option(..., "--out", help="results folder (resumes what is there)"),
+    passes: int = typer.Option(4, "--passes", help="independent passes over the variations"),
+    variations: int = typer.Option(200, "--variations", help="test variations sampled with --seed"),
+    seed: int = typer.Option(0, "--seed"),
+    split: str = typer.Option("test", "--split", help="train, dev or test"),
+    task: list[str] = typer.Option([], "--task", help="only these ScienceWorld tasks (repeatable)"),
+    temperature: float = typer.Option(0.4, "--temperature"),
+    max_rounds: int = typer.Option(30, "--max-rounds", help="replies per episode"),
+    max_tokens: int = typer.Option(512, "--max-tokens", help="new tokens per reply"),
+    thinking: bool = typer.Option(False, "--thinking/--no-thinking", help="Qwen3 thinking (protocol: off)"),
+    skills: list[Path] = typer.Option([], "--skills", help="skill repo folder for the with-skill arm; repeatable"),
+    top_k: int = typer.Option(5, "--top-k", help="skills retrieved per task"),
+    n_boot: int = typer.Option(10_000, "--n-boot", help="bootstrap resamples"),
+    cache: Path | None = CacheOption,
+    threads: int | None = typer.Option(None, "--threads", help="torch CPU threads for local generation "
+                                       "(default: torch's; 1 avoids oversubscription on a shared CPU)"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+) -> None:
+    """Evaluate checkpoints on ScienceWorld: N passes, Avg@1 and success (mean ± std), paired bootstrap,
+    template-copy share; optionally with and without retrieved skills."""
+    import os
+
+    from twinrun.cliutil import print_json
+    from twinrun.core.agent_eval import (
+        AgentEvalSettings,
+        EvalArm,
+        checkpoint_fingerprint,
+        hf_generator,
+        openai_generator,
+        run_agent_eval,
+        sample_games,
+    )
+    from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
+    from twinrun.models import resolve_model
+
+    if not checkpoint and not base_url:
+        raise TwinrunError("--checkpoint: none given (fix: --checkpoint DIR, repeatable, or --base-url + --model)")
+    if base_url and not model:
+        raise TwinrunError("--model: missing with --base-url (fix: the model name the endpoint serves)")
+    if label and len(label) != len(checkpoint) + (1 if base_url else 0):
+        raise TwinrunError(f"--label: {len(label)} labels for {len(checkpoint)} checkpoint(s) (fix: one per model)")
+    try:
+        settings = AgentEvalSettings(
+            passes=passes, variations=variations, seed=seed, split=split, tasks=task or None, temperature=temperature,
+            max_rounds=max_rounds, max_tokens=max_tokens, thinking=thinking, skill_top_k=top_k, n_boot=n_boot,
+        )
+    except Exception as e:  # pydantic: one line naming the field
+        err = getattr(e, "errors", lambda: [{"loc": ("?",), "msg": str(e), "input": None}])()[0]
+        raise TwinrunError(f"--{str(err['loc'][0]).replace('_', '-')}: {err.get('input')!r} {err['msg']}") from None
+
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+    models: list[tuple[str, str, object]] = []  # (label, checkpoint id, generate)
+    cache_path = cache_dir(cache)
+    for i, ck in enumerate(checkpoint):
+        path = resolve_model(ck, cache_path)
+        if not Path(path).is_dir():
+            raise TwinrunError(f"--checkpoint: {ck!r} is not a model folder (fix: an HF checkpoint directory)")
+        models.append((label[i] if label else _label(ck), path, hf_generator(path, settings)))
+    if base_url:
+        key = os.environ.get(api_key_env, "EMPTY")
+        models.append((label[-1] if label else _label(model or "endpoint"), f"{base_url}#{model}",
+                       openai_generator(base_url, model or "", settings, api_key=key)))
+    if len({m[0] for m in models}) != len(models):
+        raise TwinrunError(f"--label: arm names {[m[0] for m in models]} collide (fix: pass --label per checkpoint)")
+
+    repos = []
+    for d in skills:
+        repos.append((d.name or "skills", str(d.resolve()), _load_skills(d, top_k)))
+
+    arms: list[EvalArm] = []
+    for mi, (name, ck, gen) in enumerate(models):
+        fp = checkpoint_fingerprint(ck)
+        if not repos:
+            arms.append(EvalArm(name=name, checkpoint=ck, generate=gen, compare_group="models", checkpoint_hash=fp,
+                                role="baseline" if mi == 0 else "checkpoint",
+                                run=None if mi == 0 else "models", checkpoint_step=None if mi == 0 else mi))
+            continue
+        arms.append(EvalArm(name=f"{name}", checkpoint=ck, generate=gen, skill_condition="without",
+                            compare_group=name, role="baseline", checkpoint_hash=fp))
+        for ri, (rname, src, repo) in enumerate(repos):
+            arms.append(EvalArm(name=f"{name}+{rname}", checkpoint=ck, generate=gen, skill_condition="with",
+                                skills=repo, skills_source=src, compare_group=name, role="checkpoint",
+                                run=f"with-skill:{name}", checkpoint_step=ri, checkpoint_hash=fp))
+
+    catalog = ScienceWorldCatalog(settings.split, tasks=settings.tasks)
+    try:
+        games = sample_games(catalog.games(), settings.variations, settings.seed)
+    finally:
+        catalog.close()
+    env = SciWorldEnv(gold_path=False)
+    prov = {"seed": settings.seed, "executor_settings_hash": settings.settings_hash()}
+    try:
+        summary = run_agent_eval(env, games, arms, settings, out, provenance_kw=prov,
+                                 progress=lambda m: typer.echo(m, err=True))
+    finally:
+        env.shutdown()
+    if as_json:
+        print_json(summary)
+    else:
+        typer.echo(summary["table"])
+        for g in summary["compare_groups"]:
+            base = next(a.name for a in arms if a.compare_group == g and a.role == "baseline")
+            typer.echo(f"compare: twinrun compare {out / 'compare' / g} --baseline {base}")
+
+
+def _load_skills(folder: Path, top_k: int) -> object:
+    """A curated repo saved by twinrun (has skills.json) or a folder of human-written skills (immutable)."""
+    from twinrun.core.skills import MANIFEST_FILE, SkillRepo, import_human_skills
+
+    if not folder.is_dir():
+        raise TwinrunError(f"--skills: {str(folder)!r} is not a folder (fix: a skill repo folder)")
+    if (folder / MANIFEST_FILE).is_file():
+        return SkillRepo.load(folder, top_k=top_k)
+    return SkillRepo(import_human_skills(folder), top_k=top_k)

@@ -1,0 +1,75 @@
+"""`twinrun sft SPEC --backend trl|verl --out DIR [--plan]`: trajectory SFT of one spec under one framework.
+
+``--plan`` prints the knob table (neutral knob -> each framework's setting) and the per-step token counts both
+frameworks will realise, and trains nothing; it exits 2 when a knob cannot be made equal. Training writes
+``DIR/spec.yaml``, ``DIR/plan.json``, ``DIR/metrics.jsonl`` (one neutral row per optimizer step) and
+``DIR/checkpoints/step-NNNNNN/`` (HF format, one per epoch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from twinrun.cliutil import CacheOption, SetOption, cache_dir, print_json, spec_from_cli
+from twinrun.core.errors import TwinrunError
+
+SFT_TRAINERS = {
+    "trl": "twinrun.backends.trl.sft:train_sft",
+    "verl": "twinrun.backends.verl.sft:train_sft",
+}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sft")(sft)
+
+
+def sft(
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="experiment spec (YAML) with an `sft` section"),
+    backend: str | None = typer.Option(None, "--backend", help="trl or verl (not needed with --plan)"),
+    out: Path | None = typer.Option(None, "--out", help="run directory (required to train)"),
+    plan: bool = typer.Option(False, "--plan", help="print knobs and per-step token counts; train nothing"),
+    data: Path | None = typer.Option(None, "--data", help="trajectory file (overrides sft.data)"),
+    resume: bool = typer.Option(False, "--resume", help="continue a run in --out"),
+    as_json: bool = typer.Option(False, "--json", help="with --plan: print the plan as JSON"),
+    sets: list[str] = SetOption,
+    cache: Path | None = CacheOption,
+) -> None:
+    """Fine-tune on trajectories (loss on assistant replies only) under TRL or verl, from one spec."""
+    import importlib
+
+    from twinrun.backends.registry import check_dependencies
+    from twinrun.sft_plan import SFT_BACKENDS, prepare_sft, render_plan
+
+    if data is not None:
+        sets = [*sets, f"sft.data={data.resolve()}"]
+    spec = spec_from_cli(spec_path, sets)
+    cache_path = cache_dir(cache)
+    if plan:
+        check_dependencies("trl")  # tokenizing needs transformers
+        prepared = prepare_sft(spec, cache_dir=cache_path)
+        if as_json:
+            print_json(prepared.plan.to_json())
+        else:
+            typer.echo(render_plan(prepared.plan))
+        bad = prepared.plan.divergent_knobs()
+        if bad:
+            raise TwinrunError(f"sft plan: knobs differ between trl and verl: {', '.join(bad)} (fix: see the table)")
+        return
+    if backend not in SFT_BACKENDS:
+        raise TwinrunError(f"--backend: {backend!r} is not an SFT backend (fix: one of {', '.join(SFT_BACKENDS)})")
+    if out is None:
+        raise TwinrunError("--out: missing (fix: name a run directory; there is no default)")
+    check_dependencies(backend)
+    check_dependencies("trl")  # the shared tokenization needs transformers
+    module, _, attr = SFT_TRAINERS[backend].partition(":")
+    train = getattr(importlib.import_module(module), attr)
+    prepared = prepare_sft(spec, cache_dir=cache_path)
+    bad = prepared.plan.divergent_knobs()
+    if bad:
+        raise TwinrunError(
+            f"sft plan: knobs differ between trl and verl: {', '.join(bad)} (fix: `twinrun sft SPEC --plan`)"
+        )
+    result = train(spec, out, resume=resume, cache_dir=cache_path, prepared=prepared)
+    typer.echo(f"{backend}: {result['steps']} steps; checkpoints: {', '.join(result['checkpoints']) or 'none'}")
