@@ -55,6 +55,9 @@ class LocalOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out in two writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms per
+            # response on keep-alive connections (real servers such as uvicorn/vLLM set it too)
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass

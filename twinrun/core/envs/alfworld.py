@@ -1,0 +1,257 @@
+"""ALFWorld through the real `alfworld` + `textworld` packages (text-only TextWorld-PDDL games).
+
+Games live under a data root in ALFWorld's layout: ``json_2.1.1/<split>/<task_dir>/<trial>/game.tw-pddl`` with
+``traj_data.json`` beside it (its ``task_type`` gives the group type). The data root is always passed in
+explicitly; :func:`resolve_alfworld_data` maps the conventional ``ALFWORLD_DATA`` variable for callers (CLI,
+tests) that want it.
+
+Each game is played with ``textworld.start(game, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos,
+AlfredExpert(expert_type=...)])``. ``expert_type`` is passed by keyword: alfworld 0.4.2's own ``AlfredTWEnv`` passes
+it positionally and silently ignores it. Starting a game (PDDL translation) costs about as much as resetting it,
+so started games are kept in a small LRU cache and reused by later episodes of the same game (the N rollouts of
+a task group all play the same games). textworld is not thread-safe: use one env per thread, parallelise with
+processes (:mod:`.pool`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import random
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from twinrun.core.envs.base import EnvError, GameRef, Observation, Step
+from twinrun.core.errors import InfrastructureError
+
+# ALFRED task_type -> the spec's short type (ALFWORLD_TASK_TYPES in spec.py)
+ALFWORLD_TYPE_MAP = {
+    "pick_and_place_simple": "pick",
+    "look_at_obj_in_light": "look",
+    "pick_clean_then_place_in_recep": "clean",
+    "pick_heat_then_place_in_recep": "heat",
+    "pick_cool_then_place_in_recep": "cool",
+    "pick_two_obj_and_place": "pick2",
+}
+SHORT_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
+_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
+_TASK_MARK = "Your task is to: "
+
+
+def resolve_alfworld_data(explicit: str | Path | None, environ: Mapping[str, str] | None = None) -> Path:
+    """The ALFWorld data root: `explicit` if given, else ``environ['ALFWORLD_DATA']`` when the caller passes its
+    environment (core never reads os.environ itself)."""
+    raw = str(explicit) if explicit else (environ or {}).get("ALFWORLD_DATA")
+    if not raw:
+        raise EnvError("alfworld data: not set (fix: pass the data folder or set ALFWORLD_DATA to it)")
+    root = Path(raw).expanduser()
+    if not (root / "json_2.1.1").is_dir():
+        raise EnvError(
+            f"alfworld data: {str(root)!r} has no json_2.1.1/ folder (fix: point ALFWORLD_DATA at the folder "
+            "that holds json_2.1.1, e.g. the output of alfworld-download)"
+        )
+    return root
+
+
+class AlfWorldCatalog:
+    """The games of one split, grouped by short task type. Pure file listing (no engine)."""
+
+    def __init__(self, data_root: str | Path, split: str):
+        self.root = resolve_alfworld_data(data_root)
+        self.split = split
+        split_dir = self.root / "json_2.1.1" / split
+        if not split_dir.is_dir():
+            have = sorted(p.name for p in (self.root / "json_2.1.1").iterdir() if p.is_dir())
+            raise EnvError(f"environment.split: {split!r} is not under {self.root}/json_2.1.1 (fix: one of {have})")
+        games: list[GameRef] = []
+        for game_file in sorted(split_dir.glob("*/*/game.tw-pddl")):
+            trial = game_file.parent
+            task_type = _read_task_type(trial)
+            games.append(
+                GameRef(
+                    env="alfworld",
+                    game_id=f"{split}/{trial.parent.name}/{trial.name}",
+                    task_type=task_type,
+                    split=split,
+                    path=str(game_file.resolve()),
+                )
+            )
+        if not games:
+            raise EnvError(f"environment.split: {split!r} has no game.tw-pddl files under {split_dir} (fix: check the data)")
+        self._games = games
+
+    def task_types(self) -> list[str]:
+        present = {g.task_type for g in self._games}
+        return [t for t in SHORT_TYPES if t in present]
+
+    def games(self, task_type: str | None = None) -> list[GameRef]:
+        if task_type is None:
+            return list(self._games)
+        if task_type not in SHORT_TYPES:
+            raise EnvError(f"task type: {task_type!r} is not an ALFWorld task type (fix: one of {', '.join(SHORT_TYPES)})")
+        return [g for g in self._games if g.task_type == task_type]
+
+
+def _read_task_type(trial: Path) -> str:
+    traj = trial / "traj_data.json"
+    try:
+        raw = json.loads(traj.read_text(encoding="utf-8"))["task_type"]
+    except (OSError, KeyError, json.JSONDecodeError) as e:
+        raise EnvError(f"alfworld game: {str(traj)!r} has no readable task_type ({e}; fix: restore traj_data.json)") from None
+    try:
+        return ALFWORLD_TYPE_MAP[raw]
+    except KeyError:
+        raise EnvError(f"alfworld game: {str(traj)!r} task_type {raw!r} is unknown (fix: one of {list(ALFWORLD_TYPE_MAP)})") from None
+
+
+class StartedGameCache:
+    """LRU of idle, already-started textworld envs keyed by game file (starting costs ~0.5 s).
+
+    An env is checked out for one episode at a time, so two episodes of the same game never share state."""
+
+    def __init__(self, max_idle: int = 16):
+        self.max_idle = max_idle
+        self._idle: OrderedDict[tuple[str, str | None], list[Any]] = OrderedDict()
+        self._count = 0
+        self.starts = 0  # how many textworld.start calls were made (for tests/benches)
+
+    def checkout(self, path: str, expert_type: str | None) -> Any:
+        key = (path, expert_type)
+        envs = self._idle.get(key)
+        if envs:
+            self._count -= 1
+            env = envs.pop()
+            if not envs:
+                del self._idle[key]
+            return env
+        self.starts += 1
+        return start_textworld(path, expert_type)
+
+    def checkin(self, path: str, expert_type: str | None, env: Any) -> None:
+        key = (path, expert_type)
+        self._idle.setdefault(key, []).append(env)
+        self._idle.move_to_end(key)
+        self._count += 1
+        while self._count > self.max_idle:
+            _, envs = next(iter(self._idle.items()))
+            old = envs.pop(0)
+            self._count -= 1
+            if not envs:
+                self._idle.popitem(last=False)
+            _close_quietly(old)
+
+    def close(self) -> None:
+        for envs in self._idle.values():
+            for e in envs:
+                _close_quietly(e)
+        self._idle.clear()
+        self._count = 0
+
+
+def start_textworld(path: str, expert_type: str | None) -> Any:
+    """`textworld.start` with ALFWorld's wrappers; the raw engine call both the env and the bench use."""
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
+
+    extras = ["gamefile"]
+    wrappers: list[Any] = [AlfredDemangler(shuffle=False), AlfredInfos]
+    if expert_type:
+        extras.append("expert_plan")
+        wrappers.append(AlfredExpert(expert_type=expert_type))  # keyword: alfworld 0.4.2 positional bug
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=extras)
+    return textworld.start(path, request_infos=infos, wrappers=wrappers)
+
+
+def _close_quietly(env: Any) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - closing a broken engine must not mask the original error
+        pass
+
+
+class AlfWorldEnv:
+    """One ALFWorld episode at a time. `expert_type`: "handcoded" (default), "planner", or None (no expert: faster
+    steps, `expert_plan()` returns [])."""
+
+    name = "alfworld"
+
+    def __init__(self, *, expert_type: str | None = "handcoded", cache: StartedGameCache | None = None):
+        if expert_type not in (None, "handcoded", "planner"):
+            raise EnvError(f"alfworld expert_type: {expert_type!r} is unknown (fix: handcoded, planner or None)")
+        self.expert_type = expert_type
+        self.cache = cache if cache is not None else StartedGameCache()
+        self._env: Any = None
+        self._game: GameRef | None = None
+        self._task = ""
+        self._plan: list[str] = []
+        self._rng_state: Any = None
+
+    @property
+    def game(self) -> GameRef | None:
+        return self._game
+
+    @contextlib.contextmanager
+    def _own_random(self) -> Any:
+        """alfworld's handcoded expert draws from the *global* `random` module; several envs interleaved in one
+        worker would then perturb each other. Each env keeps its own stream and swaps it in around engine calls."""
+        saved = random.getstate()
+        random.setstate(self._rng_state)
+        try:
+            yield
+        finally:
+            self._rng_state = random.getstate()
+            random.setstate(saved)
+
+    def reset(self, game: GameRef, seed: int | None = None) -> Observation:
+        if game.env != "alfworld" or not game.path:
+            raise EnvError(f"game: {game.game_id!r} is not an ALFWorld game (fix: list games with AlfWorldCatalog)")
+        if not Path(game.path).is_file():
+            raise EnvError(f"game: {game.path!r} does not exist (fix: check the ALFWorld data folder)")
+        self._release()
+        if seed is None:
+            seed = int.from_bytes(hashlib.sha256(game.game_id.encode()).digest()[:8], "big")
+        self._rng_state = random.Random(seed).getstate()
+        try:
+            self._env = self.cache.checkout(game.path, self.expert_type)
+            self._game = game
+            with self._own_random():
+                state = self._env.reset()
+        except Exception as e:  # noqa: BLE001 - an engine crash is infrastructure, not a task failure
+            self._env, self._game = None, None
+            raise InfrastructureError(f"alfworld reset failed on {game.game_id}: {type(e).__name__}: {e}") from e
+        text = state["feedback"].split(_BANNER, 1)[-1].strip()
+        self._task = text.split(_TASK_MARK, 1)[1].strip() if _TASK_MARK in text else ""
+        return self._observe(state, text)
+
+    def step(self, action: str) -> Step:
+        if self._env is None:
+            raise EnvError("alfworld step: no episode is running (fix: call reset(game) first)")
+        try:
+            with self._own_random():
+                state, _reward, done = self._env.step(action)
+        except Exception as e:  # noqa: BLE001 - a crashed engine is not reused
+            _close_quietly(self._env)
+            self._env = None
+            raise InfrastructureError(f"alfworld step failed on {self._game.game_id if self._game else '?'}: {e}") from e
+        won = bool(state["won"])
+        return Step(self._observe(state, state["feedback"].strip()), 1.0 if won else 0.0, bool(done) or won, won)
+
+    def expert_plan(self) -> list[str]:
+        return list(self._plan)
+
+    def _observe(self, state: Any, text: str) -> Observation:
+        self._plan = list(state.get("extra.expert_plan") or []) if self.expert_type else []
+        admissible = tuple(a for a in (state.get("admissible_commands") or []) if a != "help")
+        return Observation(text=text, task=self._task, admissible_actions=admissible)
+
+    def _release(self) -> None:
+        if self._env is not None and self._game is not None and self._game.path:
+            self.cache.checkin(self._game.path, self.expert_type, self._env)
+        self._env, self._game = None, None
+
+    def close(self) -> None:
+        """End the episode; the started game goes back to the cache (owners close the cache)."""
+        self._release()
