@@ -13,7 +13,7 @@ import sys
 import typer
 
 import twinrun.commands
-from twinrun.core.errors import TwinrunError
+from twinrun.core.errors import InfrastructureError, TwinrunError
 
 app = typer.Typer(
     name="twinrun",
@@ -44,6 +44,9 @@ def main() -> None:
     except TwinrunError as e:
         print(f"twinrun: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    except InfrastructureError as e:  # endpoints/simulators failed: not the user's input, and not a task failure
+        print(f"twinrun: infrastructure failure: {e} (rows written so far are kept; rerun with --resume)", file=sys.stderr)
+        raise SystemExit(3) from None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""The warm start of the tiny curator: conversation layout, training windows, and why windows are exact."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("trl")
+
+from twinrun.warmstart import (
+    FINAL_REPLY,
+    Transcript,
+    WarmStartSettings,
+    build_conversations,
+    final_tool_result,
+    receptive_field,
+    tokenize_conversation,
+    turn_windows,
+)
+
+
+def _transcripts():
+    return [Transcript("pick", ["chi1 a", "chi2 a", "chi3 a"], [[], [], []]),
+            Transcript("look", ["chi1 b", "chi2 b", "chi3 b"], [[], [], []])]
+
+
+def test_conversations_look_like_a_curation_rollout():
+    convs = build_conversations(_transcripts(), "SYSTEM", WarmStartSettings(conversations=4))
+    assert len(convs) == 4
+    c = convs[0]
+    roles = [m["role"] for m in c]
+    # system, chi_1, then |G| x (curate call, tool result), then the closing reply
+    assert roles == ["system", "user"] + ["assistant", "tool"] * 3 + ["assistant"]
+    assert c[1]["content"] == "chi1 a" and c[3]["content"] == "chi2 a" and c[5]["content"] == "chi3 a"
+    assert c[7]["content"] == final_tool_result(3) and c[-1]["content"] == FINAL_REPLY
+    for m in c[2:-1:2]:
+        (call,) = m["tool_calls"]
+        assert call["function"]["name"] == "curate" and isinstance(call["function"]["arguments"]["operations"], list)
+    # the first pass replays the ops that produced the transcript; later passes re-draw them
+    assert [m["tool_calls"][0]["function"]["arguments"]["operations"] for m in c[2:-1:2]] == [[], [], []]
+
+
+def test_turn_windows_cover_each_assistant_turn_with_bounded_context():
+    mask = [0] * 10 + [1] * 3 + [0] * 5 + [1] * 2
+    assert turn_windows(list(range(20)), mask, 4) == [(6, 10, 13), (14, 18, 20)]
+    assert turn_windows(list(range(20)), mask, 100) == [(0, 10, 13), (0, 18, 20)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from twinrun.models import build_tiny_qwen3
+
+    return build_tiny_qwen3(tmp_path_factory.mktemp("models"))
+
+
+def test_tokenized_conversation_masks_exactly_the_assistant_turns(tiny):
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import get_training_chat_template
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    conv = build_conversations(_transcripts(), "SYSTEM", WarmStartSettings(conversations=1))[0]
+    ids, mask = tokenize_conversation(tok, conv, get_training_chat_template(tok))
+    turns = [tok.decode(ids[s:e]) for _, s, e in turn_windows(ids, mask, 0)]
+    assert len(turns) == 4
+    assert all(t.startswith("<think>\n\n</think>\n\n") for t in turns)
+    assert all('<tool_call>\n{"name": "curate", "arguments": {"operations": []}}\n</tool_call><|im_end|>' in t
+               for t in turns[:3])
+    assert FINAL_REPLY in turns[3]
+
+
+def test_windows_are_exact_for_the_sliding_window_tiny_model(tiny):
+    """With every layer sliding, the logits at a turn depend only on the last layers x window tokens: training on
+    a window of that much context is training on the full rollout."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny).eval()
+    field = receptive_field(model.config)
+    assert field == model.config.sliding_window * model.config.num_hidden_layers
+    ids = torch.randint(0, model.config.vocab_size, (1, field + 300), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(ids).logits[0, -50:]
+        start = ids.shape[1] - 50 - field
+        window = model(ids[:, start:], position_ids=torch.arange(start, ids.shape[1])[None]).logits[0, -50:]
+    torch.testing.assert_close(window, full, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,268 @@
+"""Run-directory bookkeeping for TRL training: neutral step metrics, curation records, checkpoint export, resume.
+
+Layout (``RunPaths``)::
+
+    spec.yaml  resolved_config.json  metrics.jsonl  rollouts.jsonl  episodes.jsonl  trl_log.jsonl
+    checkpoints/step-NNNNNN/   HF weights + tokenizer (AutoModelForCausalLM.from_pretrained), one per saved step
+    trl/checkpoint-N/          TRL's own checkpoint (optimizer, scheduler, RNG, trainer_state) for --resume
+
+Step numbering: training step k (1-based) is the k-th generation round and its optimizer updates; checkpoint
+``step-k`` holds the weights after it; ``metrics.jsonl`` row ``step: k`` describes it. Rows of ``rollouts.jsonl``
+carry core's 0-based task-group step (``k - 1``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from twinrun.core.errors import TwinrunError
+from twinrun.core.records import (
+    JsonlWriter,
+    Provenance,
+    RunPaths,
+    StepMetrics,
+    atomic_write_text,
+    read_jsonl,
+)
+
+TRL_DIR = "trl"
+RESOLVED_CONFIG = "resolved_config.json"
+TRL_LOG = "trl_log.jsonl"
+# GRPOConfig keys that name places, not behaviour: not compared on --resume
+_PATH_KEYS = ("output_dir", "logging_dir")
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+    vals = [f for f in (_finite(v) for v in values) if f is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def step_metrics(
+    step: int,
+    records: Sequence[dict[str, Any]],
+    trl_logs: Sequence[dict[str, Any]],
+    batch_stats: dict[str, Any],
+    *,
+    optimizer_updates: int,
+    provenance: Provenance,
+) -> StepMetrics:
+    """One neutral metrics row from a step's curation records (core) and TRL's logs of its optimizer updates."""
+    totals = [r["reward"]["total"] for r in records]
+    measured = [t for t in totals if t is not None]
+    mean = sum(measured) / len(measured) if measured else None
+    std = (math.sqrt(sum((t - mean) ** 2 for t in measured) / (len(measured) - 1))
+           if mean is not None and len(measured) > 1 else None)
+    terms: dict[str, float | None] = {}
+    for name in ("r_task", "r_fc", "r_cnt", "r_comp"):
+        terms[name] = _mean([r["reward"][name]["value"] for r in records])
+    # r_task pooled over every measured scored position of the step (not a mean of per-rollout ratios)
+    num = sum(r["reward"]["r_task"]["numerator"] or 0.0 for r in records)
+    den = sum(r["reward"]["r_task"]["denominator"] or 0 for r in records)
+    positions = [int(r["positions_measured"]) for r in records]
+    calls = [_finite(x.get("tools/call_frequency")) for x in trl_logs]
+    fails = [_finite(x.get("tools/failure_frequency")) for x in trl_logs]
+    call_freq = next((c for c in calls if c is not None), None)
+    fail_freq = next((f for f in fails if f is not None), None)
+    tool_calls = round(call_freq * len(records)) if call_freq is not None else 0
+    wall = {k: round(float(v), 6) for k, v in batch_stats.get("wall_s", {}).items()}
+    step_time = sum(_finite(x.get("step_time")) or 0.0 for x in trl_logs)
+    if step_time:
+        wall["step"] = round(step_time, 6)
+        wall["update"] = round(max(0.0, step_time - wall.get("rollout", 0.0) - wall.get("advantages", 0.0)), 6)
+    return StepMetrics(
+        step=step,
+        backend="trl",
+        reward_mean=mean,
+        reward_std=std,
+        reward_terms=terms,
+        r_task_measured_mean=(num / den) if den else None,
+        positions_measured_mean=(sum(positions) / len(positions)) if positions else None,
+        positions_measured_min=min(positions) if positions else None,
+        curation_rollouts=len(records),
+        executor_episodes=sum(int(r["executor_episodes"]) for r in records),
+        executor_calls=sum(int(r["executor_calls"]) for r in records),
+        unmeasured_episodes=sum(int(r["unmeasured_episodes"]) for r in records),
+        optimizer_updates=optimizer_updates,
+        tool_calls=tool_calls,
+        tool_failures=round(fail_freq * tool_calls) if fail_freq is not None else 0,
+        entropy=_mean([x.get("entropy") for x in trl_logs]),
+        kl=_mean([x.get("kl") for x in trl_logs]),
+        grad_norm=_mean([x.get("grad_norm") for x in trl_logs]),
+        clip_fraction=_mean([x.get("clip_ratio/region_mean") for x in trl_logs]),
+        completion_length_mean=_mean([x.get("completions/mean_length") for x in trl_logs]),
+        wall_s=wall,
+        provenance=provenance,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Run directory
+
+
+def open_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool) -> None:
+    """Refuse to overwrite; on resume, refuse a different spec. Writes spec.yaml (atomically)."""
+    root = paths.root
+    if not resume:
+        if root.exists() and any(root.iterdir()):
+            raise TwinrunError(f"--out: {str(root)!r} is not empty (fix: a new folder, or --resume to continue it)")
+    else:
+        if not paths.spec.exists():
+            raise TwinrunError(f"--resume: {str(root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
+        if paths.spec.read_text(encoding="utf-8") != spec_yaml:
+            raise TwinrunError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
+                               "and --set overrides, or start a new --out)")
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(paths.spec, spec_yaml)
+
+
+def comparable_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in json.loads(json.dumps(cfg, default=str)).items() if k not in _PATH_KEYS}
+
+
+def check_resolved_config(paths: RunPaths, resolved: dict[str, Any], *, resume: bool) -> None:
+    path = paths.root / RESOLVED_CONFIG
+    if resume and path.exists():
+        old = comparable_config(json.loads(path.read_text(encoding="utf-8")))
+        new = comparable_config(resolved)
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        if changed:
+            k = changed[0]
+            raise TwinrunError(
+                f"--resume: resolved GRPOConfig changed ({k}: {old.get(k)!r} -> {new.get(k)!r}"
+                f"{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}; fix: resume with the same spec, "
+                "twinrun and TRL versions, or start a new --out)"
+            )
+    atomic_write_text(path, json.dumps(resolved, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def last_complete_checkpoint(paths: RunPaths, updates_per_step: int) -> tuple[int, Path] | None:
+    """(training step, TRL checkpoint folder) of the newest step whose exported checkpoint and TRL state both
+    completed (the export is an atomic rename made after TRL finished writing its folder)."""
+    best: tuple[int, Path] | None = None
+    trl_root = paths.root / TRL_DIR
+    if not trl_root.is_dir():
+        return None
+    for d in trl_root.glob("checkpoint-*"):
+        try:
+            global_step = int(d.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if global_step % updates_per_step or not (d / "trainer_state.json").is_file():
+            continue
+        step = global_step // updates_per_step
+        if not (paths.checkpoint(step) / "config.json").is_file():
+            continue
+        if best is None or step > best[0]:
+            best = (step, d)
+    return best
+
+
+def truncate_records(paths: RunPaths, keep_steps: int) -> None:
+    """Drop rows of steps after ``keep_steps`` (a crash after them, before their checkpoint): they are re-run."""
+    metrics = [r for r in read_jsonl(paths.metrics) if int(r["step"]) <= keep_steps]
+    rollouts = [r for r in read_jsonl(paths.rollouts) if int(r["step"]) < keep_steps]  # core's 0-based group step
+    n_episodes = sum(int(r["executor_episodes"]) for r in rollouts)
+    episodes = list(read_jsonl(paths.episodes))[:n_episodes]
+    trl_log = [r for r in read_jsonl(paths.root / TRL_LOG) if int(r.get("step", 0)) <= keep_steps]
+    for path, rows in ((paths.metrics, metrics), (paths.rollouts, rollouts), (paths.episodes, episodes),
+                       (paths.root / TRL_LOG, trl_log)):
+        if path.exists():
+            atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in rows))
+
+
+_NOT_WEIGHTS = ("optimizer.pt", "scheduler.pt", "training_args.bin", "trainer_state.json", "README.md")
+
+
+def export_checkpoint(src: Path, dst: Path) -> Path:
+    """Publish TRL's ``checkpoint-N`` weights/config/tokenizer as ``checkpoints/step-NNNNNN`` atomically (temp
+    folder + rename). Files are hard-linked when possible (no second copy of the weights), else copied."""
+    if not (src / "config.json").is_file():
+        raise TwinrunError(f"checkpoint: {src} has no config.json (fix: TRL did not save HF weights)")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        for f in src.iterdir():
+            if not f.is_file() or f.name in _NOT_WEIGHTS or f.name.startswith("rng_state"):
+                continue
+            try:
+                os.link(f, tmp / f.name)
+            except OSError:
+                shutil.copy2(f, tmp / f.name)
+        if dst.exists():  # a re-run step after --resume replaces its own earlier export
+            shutil.rmtree(dst)
+        os.replace(tmp, dst)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dst
+
+
+class RunRecorder:
+    """Collects a step's curation records (from the trainer) and TRL's logs (from a callback), writes rows."""
+
+    def __init__(self, paths: RunPaths, *, updates_per_step: int, provenance: Provenance, is_main: bool):
+        self.paths = paths
+        self.updates_per_step = updates_per_step
+        self.provenance = provenance
+        self.is_main = is_main
+        self._records: dict[int, list[dict[str, Any]]] = {}
+        self._stats: dict[int, dict[str, Any]] = {}
+        self._logs: dict[int, list[dict[str, Any]]] = {}
+        self._writers: dict[str, JsonlWriter] = {}
+
+    def _writer(self, path: Path) -> JsonlWriter:
+        key = str(path)
+        if key not in self._writers:
+            self._writers[key] = JsonlWriter(path)
+        return self._writers[key]
+
+    def on_batch(self, step: int, records: list[tuple[dict[str, Any], list[dict[str, Any]]]], stats: dict[str, Any]) -> None:
+        """The trainer generated and scored training step ``step`` (1-based)."""
+        self._records[step] = [r for r, _ in records]
+        self._stats[step] = stats
+        if not self.is_main:
+            return
+        for rec, eps in records:
+            self._writer(self.paths.rollouts).write(rec)
+            self._writer(self.paths.episodes).write_many(eps)
+        extra = {k: v for k, v in stats.items() if k != "wall_s"}
+        # the backend's own diagnostics: TRL's advantages next to core's, prefetch counters
+        self._writer(self.paths.root / TRL_LOG).write({"step": step, "kind": "batch", **extra})
+
+    def on_log(self, global_step: int, logs: dict[str, Any]) -> StepMetrics | None:
+        """TRL logged optimizer update ``global_step``; after a step's last update, write its metrics row."""
+        if "train_runtime" in logs:  # the end-of-training summary, not an update
+            return None
+        step = -(-global_step // self.updates_per_step)
+        self._logs.setdefault(step, []).append(dict(logs))
+        if self.is_main:
+            clean = {k: (_finite(v) if isinstance(v, (int, float)) else v) for k, v in logs.items()}
+            self._writer(self.paths.root / TRL_LOG).write({"step": step, "kind": "log", "global_step": global_step,
+                                                           **clean})
+        if global_step % self.updates_per_step:
+            return None
+        row = step_metrics(step, self._records.pop(step, []), self._logs.pop(step, []), self._stats.pop(step, {}),
+                           optimizer_updates=self.updates_per_step, provenance=self.provenance)
+        if self.is_main:
+            self._writer(self.paths.metrics).write(row)
+        return row
+
+    def close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+        self._writers.clear()

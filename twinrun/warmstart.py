@@ -1,0 +1,385 @@
+"""Warm start of the tiny local curator: a short SFT on well-formed ``curate`` tool-call conversations.
+
+A random tiny model never writes ``<tool_call>``, so an RL run on it would never exercise the tool loop (no
+operations, no repo, r_fc = 0 everywhere). Before the first RL step, both backends therefore start the tiny curator
+from the same warm-started weights: a few hundred AdamW steps on conversations that look exactly like a curation
+rollout (the spec's curator system prompt, the ``curate`` tool schema from core, real curator inputs chi_i recorded
+from real curation sessions of the spec's environment and executor) whose assistant turns are well-formed
+``curate`` calls. This is a test device, not an experimental knob: it runs only for ``curator.model: tiny-qwen3``,
+its settings are constants here, and what it did is written to ``warmstart.json`` next to the weights.
+
+Rendering uses TRL's training variant of the Qwen3 template (the one GRPOTrainer itself renders multi-turn
+rollouts with), so the SFT tokens are the tokens the RL rollouts produce. The loss is on assistant tokens only.
+
+Cached under the caller's cache folder by a key of everything that decides the result (base model, prompts, tool
+schema, environment/executor settings, these settings), so TRL and verl runs of one spec share the same weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from twinrun.core.errors import TwinrunError
+from twinrun.models import TINY_QWEN3, build_tiny_qwen3
+
+WARMSTART_VERSION = 1
+
+# group steps far from any training step, so warm-start transcripts never replay a training task group
+_TRANSCRIPT_STEP0 = 10_000_000
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    transcripts: int = 2  # real curation sessions recorded (|G| executor episodes each)
+    conversations: int = 16  # SFT conversations built from them (ops re-drawn per conversation)
+    steps: int = 250
+    batch_size: int = 4  # assistant-turn windows per step
+    context: int | None = None  # context kept before each turn; None = the model's receptive field
+    # (layers x sliding_window, exact for tiny-qwen3's sliding-window attention) or the whole conversation
+    lr: float = 5e-3
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    seed: int = 0
+    probe_samples: int = 8  # sampled first turns (temperature 1) scored for a parseable curate call
+
+
+FINAL_REPLY = "Done."
+
+
+def _op_templates(task_type: str) -> list[list[dict[str, Any]]]:
+    """The small, regular set of curator turns the warm start teaches: short calls a 64-wide model can learn
+    in a few hundred steps (GRPO then has valid and invalid calls to tell apart: deleting a missing skill fails)."""
+    name = f"{task_type}-tips"
+    content = f"---\nname: {name}\ndescription: {task_type} tasks\n---\nCheck every receptacle.\n"
+    insert = [{"function": "new_skill_insert", "arguments": {"skill_name": name, "content": content}}]
+    return [[], insert, insert, insert, [{"function": "skill_delete", "arguments": {"skill_name": name}}]]
+
+
+def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
+    from twinrun.core.toolcalls import CURATE_TOOL
+
+    blob = json.dumps(
+        {
+            "version": WARMSTART_VERSION,
+            "base": base.name,
+            "system": spec.read_prompt("curator_system"),
+            "input": spec.read_prompt("curator_input"),
+            "executor_system": spec.read_prompt("executor_system"),
+            "executor_input": spec.read_prompt("executor_input"),
+            "tool": CURATE_TOOL,
+            "environment": spec.environment.model_dump(mode="json", exclude={"workers"}),
+            "executor": spec.executor.model_dump(mode="json", exclude={"concurrency", "timeout_s", "retries"}),
+            "retrieval": spec.retrieval.model_dump(mode="json"),
+            "skills": spec.skills.model_dump(mode="json"),
+            "seed": spec.seed,
+            "settings": asdict(settings),
+            "ops": _op_templates("<type>"),
+            "final": final_tool_result(spec.environment.group_size),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resolve_curator_model(
+    spec: Any,
+    cache_dir: str | Path | None,
+    *,
+    data_root: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    settings: WarmStartSettings | None = None,
+    log: Callable[[str], None] | None = None,
+) -> str:
+    """What ``from_pretrained`` should load for ``spec.curator.model``: the warm-started tiny model for
+    ``tiny-qwen3`` (built and cached under ``cache_dir``), else the name itself (hub id or path)."""
+    if spec.curator.model != TINY_QWEN3:
+        return spec.curator.model
+    if cache_dir is None:
+        raise TwinrunError(
+            f"curator.model: {TINY_QWEN3!r} is built locally and needs a cache folder (fix: pass --cache DIR or set TWINRUN_CACHE)"
+        )
+    return str(warm_started_tiny_curator(spec, cache_dir, data_root=data_root, environ=environ,
+                                         settings=settings, log=log))
+
+
+def warm_started_tiny_curator(
+    spec: Any,
+    cache_dir: str | Path,
+    *,
+    data_root: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    settings: WarmStartSettings | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Build (or reuse) the warm-started tiny curator for ``spec`` under ``cache_dir``; return its folder."""
+    settings = settings or WarmStartSettings()
+    say = log or (lambda _m: None)
+    cache = Path(cache_dir)
+    base = build_tiny_qwen3(cache)
+    final = cache / f"{TINY_QWEN3}-warm-{warm_start_key(spec, base, settings)}"
+    if (final / ".complete").is_file():
+        return final
+    t0 = time.perf_counter()
+    transcripts = cached_transcripts(spec, base, settings, final.with_name(final.name + ".transcripts.json"),
+                                     data_root=data_root, environ=environ, say=say)
+    t_rec = time.perf_counter() - t0
+    system = _system_prompt(spec)
+    conversations = build_conversations(transcripts, system, settings)
+    say(f"warm start: SFT {settings.steps} steps on {len(conversations)} conversations")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
+    try:
+        report = sft(base, conversations, settings, tmp, say=say)
+        report.update(recording_s=round(t_rec, 3), transcripts=len(transcripts), base=base.name,
+                      settings=asdict(settings), version=WARMSTART_VERSION)
+        (tmp / "warmstart.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        (tmp / ".complete").write_text("")
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / ".complete").is_file():
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    say(f"warm start: done ({json.loads((final / 'warmstart.json').read_text())['probe_parse_rate']:.0%} of probe "
+        "turns are parseable curate calls)")
+    return final
+
+
+def _system_prompt(spec: Any) -> str:
+    from twinrun.core.curation import CuratorPrompts
+
+    return CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input")).system
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Data: real transcripts, then conversations
+
+
+@dataclass
+class Transcript:
+    task_type: str
+    inputs: list[str]  # chi_1 .. chi_|G| as the real session produced them
+    ops: list[list[dict[str, Any]]]  # the operations submitted at each position
+
+
+def cached_transcripts(
+    spec: Any, base: Path, settings: WarmStartSettings, path: Path, *, data_root: Any, environ: Any,
+    say: Callable[[str], None],
+) -> list[Transcript]:
+    """Transcripts from ``path`` if a previous (interrupted) warm start recorded them, else record and save."""
+    from twinrun.core.records import atomic_write_json
+
+    if path.is_file():
+        return [Transcript(**t) for t in json.loads(path.read_text(encoding="utf-8"))]
+    say(f"warm start: recording {settings.transcripts} curation transcripts ({spec.environment.name}, "
+        f"|G|={spec.environment.group_size})")
+    transcripts = record_transcripts(spec, base, settings, data_root=data_root, environ=environ)
+    atomic_write_json(path, [asdict(t) for t in transcripts])
+    return transcripts
+
+
+def record_transcripts(
+    spec: Any,
+    base: Path,
+    settings: WarmStartSettings,
+    *,
+    data_root: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[Transcript]:
+    """Play ``settings.transcripts`` real curation sessions (concurrently) with scripted ``curate`` turns."""
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    from twinrun.core.curation import CurationRuntime
+    from twinrun.core.rewards import token_counter
+
+    tok = AutoTokenizer.from_pretrained(base)
+    rng = random.Random(settings.seed)
+    runtime = CurationRuntime.from_spec(spec, data_root=data_root, environ=environ, count_tokens=token_counter(tok),
+                                        judge=None)
+    try:
+        groups = [runtime.task_group(_TRANSCRIPT_STEP0 + k, k % spec.batch.groups_per_step)
+                  for k in range(settings.transcripts)]
+        plans = [[rng.choice(_op_templates(g.task_type)) for _ in range(len(g.games))] for g in groups]
+
+        async def one(k: int) -> Transcript:
+            s = runtime.session(groups[k], rollout_index=0)
+            inputs = [await s.astart()]
+            for ops in plans[k]:
+                nxt = await s.asubmit([{"name": "curate", "arguments": {"operations": ops}}])
+                if nxt is None:
+                    break
+                inputs.append(nxt)
+            await s.afinish()
+            return Transcript(groups[k].task_type, inputs, plans[k])
+
+        async def all_() -> list[Transcript]:
+            return list(await asyncio.gather(*(one(k) for k in range(len(groups)))))
+
+        return runtime.loop.run(all_())
+    finally:
+        runtime.close()
+
+
+def final_tool_result(group_size: int) -> str:
+    """The tool result after the last position's curate call (nothing left to play)."""
+    return f"All {group_size} tasks of this group have been played; the skill repository is final. Reply {FINAL_REPLY!r}."
+
+
+def build_conversations(transcripts: Sequence[Transcript], system: str, settings: WarmStartSettings) -> list[list[dict]]:
+    """Chat conversations (system, chi_1, then curate call / tool result pairs, then the final reply)."""
+    if not transcripts:
+        raise TwinrunError("warm start: no transcripts were recorded (fix: check the environment data)")
+    rng = random.Random(settings.seed + 1)
+    out: list[list[dict]] = []
+    for c in range(settings.conversations):
+        t = transcripts[c % len(transcripts)]
+        # the first pass over the transcripts keeps the ops that really produced them; later passes re-draw
+        plan = t.ops if c < len(transcripts) else [rng.choice(_op_templates(t.task_type)) for _ in t.inputs]
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": t.inputs[0]}]
+        for i, ops in enumerate(plan[: len(t.inputs)]):
+            msgs.append({"role": "assistant", "content": "",
+                         "tool_calls": [{"type": "function", "function": {"name": "curate",
+                                                                           "arguments": {"operations": ops}}}]})
+            result = t.inputs[i + 1] if i + 1 < len(t.inputs) else final_tool_result(len(t.inputs))
+            msgs.append({"role": "tool", "name": "curate", "content": result})
+        msgs.append({"role": "assistant", "content": FINAL_REPLY})
+        out.append(msgs)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Training: a plain AdamW loop (assistant-only loss), then a probe of the first turn
+
+
+def tokenize_conversation(tok: Any, messages: list[dict], template: str) -> tuple[list[int], list[int]]:
+    from twinrun.core.toolcalls import CURATE_TOOL
+
+    enc = tok.apply_chat_template(messages, tools=[CURATE_TOOL], chat_template=template, tokenize=True,
+                                  return_dict=True, return_assistant_tokens_mask=True)
+    return list(enc["input_ids"]), list(enc["assistant_masks"])
+
+
+def turn_windows(ids: list[int], mask: list[int], context: int) -> list[tuple[int, int, int]]:
+    """One training window per assistant turn: ``(start, turn_start, end)`` with at most ``context`` tokens of
+    context before the turn. Windows keep their true positions (position_ids = start..end-1), so RoPE sees the
+    offsets a full-length rollout has; only the far context is left out (the cost is quadratic in length)."""
+    out = []
+    i, n = 0, len(mask)
+    while i < n:
+        if mask[i]:
+            j = i
+            while j < n and mask[j]:
+                j += 1
+            out.append((max(0, i - context), i, j))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def receptive_field(config: Any) -> int | None:
+    """Tokens a prediction can depend on when every layer uses sliding-window attention (else None)."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None) or []
+    if window and types and all(t == "sliding_attention" for t in types):
+        return int(window) * len(types)
+    return None
+
+
+def sft(base: Path, conversations: list[list[dict]], settings: WarmStartSettings, out: Path,
+        say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """AdamW on assistant-turn windows (loss on the turn only), then a probe on full-length prompts."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import get_training_chat_template
+
+    tok = AutoTokenizer.from_pretrained(base)
+    template = get_training_chat_template(tok)
+    rows = [tokenize_conversation(tok, m, template) for m in conversations]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        context = settings.context or receptive_field(model.config) or max(len(r[0]) for r in rows)
+        windows = [(r, w) for r in rows for w in turn_windows(r[0], r[1], context)]
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, settings.warmup_steps)))
+        rng = random.Random(settings.seed)
+        order: list[int] = []
+        losses: list[float] = []
+        t0 = time.perf_counter()
+        for step in range(settings.steps):
+            batch = []
+            for _ in range(settings.batch_size):
+                if not order:
+                    order = list(range(len(windows)))
+                    rng.shuffle(order)
+                batch.append(windows[order.pop()])
+            width = max(e - s for _, (s, _, e) in batch)
+            ids_t = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
+            pos = torch.zeros((len(batch), width), dtype=torch.long)
+            att = torch.zeros((len(batch), width), dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            for b, ((ids, _), (s, t, e)) in enumerate(batch):
+                n = e - s
+                ids_t[b, :n] = torch.tensor(ids[s:e])
+                pos[b, :n] = torch.arange(s, e)
+                att[b, :n] = 1
+                labels[b, t - s:n] = torch.tensor(ids[t:e])
+            loss = model(input_ids=ids_t, attention_mask=att, position_ids=pos, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            if say is not None and (step + 1) % 50 == 0:
+                say(f"warm start: step {step + 1}/{settings.steps} loss {sum(losses[-50:]) / 50:.3f}")
+        train_s = time.perf_counter() - t0
+        model.eval()
+        rate = probe(model, tok, conversations, template, settings)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return {"loss_first": losses[0], "loss_last": sum(losses[-10:]) / len(losses[-10:]), "train_s": round(train_s, 3),
+            "probe_parse_rate": rate, "tokens_per_conversation": sum(len(r[0]) for r in rows) / len(rows),
+            "windows": len(windows), "context": context}
+
+
+def probe(model: Any, tok: Any, conversations: list[list[dict]], template: str, settings: WarmStartSettings) -> float:
+    """Share of sampled turns (temperature 1) that parse as a curate call with an operations list: half at the
+    first turn (after chi_1), half after a tool result (after chi_2)."""
+    import torch
+
+    from twinrun.core.toolcalls import CURATE, CURATE_TOOL, parse_curator_turn
+
+    conv = conversations[0]
+    prefixes = [conv[:2], conv[:4]] if len(conv) > 4 else [conv[:2]]
+    n = max(1, settings.probe_samples // len(prefixes))
+    ok = total = 0
+    for prefix in prefixes:
+        ids = tok.apply_chat_template(prefix, tools=[CURATE_TOOL], chat_template=template, add_generation_prompt=True,
+                                      tokenize=True, return_dict=True)["input_ids"]
+        with torch.no_grad():
+            gen = model.generate(torch.tensor([ids] * n), attention_mask=torch.ones((n, len(ids)), dtype=torch.long),
+                                 do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=160,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        for row in gen[:, len(ids):]:
+            turn = parse_curator_turn(tok.decode(row, skip_special_tokens=False))
+            ok += any(c.name == CURATE and not c.error and isinstance((c.arguments or {}).get("operations"), list)
+                      for c in turn.calls)
+            total += 1
+    return ok / total
