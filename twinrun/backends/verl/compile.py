@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from twinrun.backends.verl.estimators import estimator_overrides
+from twinrun.backends.verl.names import AGENT_LOOP_NAME
 from twinrun.backends.compiled import (
     CompiledBackend,
     KnobSetting,
@@ -33,7 +35,7 @@ KL_TYPE = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 # verl's FSDP optimizer accepts constant and cosine only (workers/config/optimizer.py)
 SCHEDULE = {"constant": "constant", "cosine": "cosine", "linear": "linear"}
 
-AGENT_LOOP = "twinrun_curator"  # registered by twinrun.backends.verl.plugin
+AGENT_LOOP = AGENT_LOOP_NAME  # registered by twinrun.backends.verl.plugin
 
 
 def estimator_name(spec: ExperimentSpec) -> str:
@@ -55,7 +57,7 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "trainer.total_training_steps": spec.steps,
         "trainer.balance_batch": False,  # reorders rows across micro-batches; TRL has no counterpart
         # --- advantage: core's estimator through the plugin (the same function TRL's subclass calls)
-        "algorithm.adv_estimator": estimator_name(spec),
+        **estimator_overrides(spec),  # algorithm.adv_estimator + the spec's knobs as +algorithm.twinrun.*
         "algorithm.norm_adv_by_std_in_grpo": spec.algorithm.scale == "group",
         "algorithm.use_kl_in_reward": False,
         "algorithm.gamma": spec.algorithm.gamma,
@@ -100,10 +102,38 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "data.seed": spec.seed,
         f"{R}.seed": spec.seed,
         f"{A}.fsdp_config.model_dtype": "bf16" if spec.curator.precision == "bf16" else "fp32",
+        # compute precision: verl's FSDP default autocasts to bf16 even with an fp32 model; TRL on CPU runs fp32
+        f"+{A}.fsdp_config.mixed_precision": {
+            "param_dtype": "bf16" if spec.curator.precision == "bf16" else "fp32",
+            "reduce_dtype": "fp32",
+            "buffer_dtype": "fp32",
+        },
+        # log-prob passes (old policy, reference) use the same micro batch as the update (verl requires a value)
+        f"{R}.log_prob_micro_batch_size_per_gpu": b.micro_batch_per_device,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": b.micro_batch_per_device,
     }
-    ov = apply_native_overrides(ov, spec.overrides.get("verl", {}), "verl")
+    ov = apply_native_overrides(ov, native_overrides(spec), "verl")
     counts = derive_counts(spec, ov)
     return CompiledBackend(backend="verl", framework=f"verl=={VERL_VERSION}", config=ov, counts=counts, knobs=_knobs(spec, ov))
+
+
+def flatten_overrides(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Spec overrides as hydra paths. A ``--set overrides.verl.a.b=1`` arrives nested (``{"a": {"b": 1}}``, the
+    spec's --set splits on dots): a key without a dot whose value is a mapping is a path segment. A dotted key
+    (pasted flat into the spec file) is a whole path and keeps its value, even a mapping."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v and "." not in str(k):
+            out.update(flatten_overrides(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def native_overrides(spec: ExperimentSpec) -> dict[str, Any]:
+    """spec.overrides["verl"] as hydra paths."""
+    return flatten_overrides(spec.overrides.get("verl", {}))
 
 
 def derive_counts(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, int]:

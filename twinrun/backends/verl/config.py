@@ -1,0 +1,119 @@
+"""verl's real hydra config: compose `ppo_trainer.yaml` with twinrun's overrides and validate it as main_ppo does.
+
+`compile.py` produces the spec's overrides (what `twinrun plan` shows); this module adds the run-time ones (paths,
+the agent loop, the CPU settings) and turns the dict into hydra override strings. verl, hydra and omegaconf are
+imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+R = "actor_rollout_ref.rollout"
+A = "actor_rollout_ref.actor"
+M = "actor_rollout_ref.model"
+
+# Ray on a CPU box: the TaskRunner, TransferQueue's controller and the one worker bundle each need a logical CPU
+# (num_cpus=2 hangs); the bundle also needs one logical GPU (the CPU platform reports Ray resource "GPU").
+# The worker bundle asks max_colocate_count (ResourcePoolManager default 3) CPUs, hence 3 + 2.
+CPU_RAY_CPUS = 5
+
+
+def cpu_overrides() -> dict[str, Any]:
+    """Overrides that run main_ppo on CPU with the transformers rollout and the `cpu` platform
+    (frameworks-on-cpu.md, checked against verl 0.9.1)."""
+    return {
+        f"{R}.name": "hf",
+        f"{R}.mode": "async",
+        f"{R}.tensor_model_parallel_size": 1,
+        f"{R}.data_parallel_size": 1,
+        f"{R}.agent.num_workers": 1,
+        f"{R}.checkpoint_engine.backend": "naive",
+        f"{R}.free_cache_engine": False,
+        "reward.num_workers": 0,  # the agent loop sets reward_score: no reward worker process is needed
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+        "trainer.device": "cpu",
+        "trainer.nnodes": 1,
+        "trainer.n_gpus_per_node": 1,
+        "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS,
+        "+ray_kwargs.ray_init.num_gpus": 1,
+        f"+{M}.override_config.attn_implementation": "sdpa",
+        f"{M}.use_remove_padding": False,
+        f"{A}.strategy": "fsdp2",
+        "actor_rollout_ref.ref.strategy": "fsdp2",
+        f"{A}.fsdp_config.param_offload": False,
+        f"{A}.fsdp_config.optimizer_offload": False,
+        f"{A}.use_torch_compile": False,  # inductor on CPU needs a C++ toolchain and minutes of compiling
+        "data.dataloader_num_workers": 0,
+    }
+
+
+def gpu_overrides(spec: Any) -> dict[str, Any]:
+    """The real-scale path: verl's vLLM rollout (hybrid engine, colocated with the FSDP actor) on a Ray cluster.
+    Knobs a cluster owner tunes per model (memory share, context length, tensor parallel) are in
+    experiments/cluster/verl-ray-vllm.yaml and applied as ``overrides.verl``."""
+    ctx = spec.curator.max_prompt_tokens + spec.curator.max_completion_tokens
+    return {
+        f"{R}.name": "vllm",
+        f"{R}.mode": "async",
+        f"{R}.tensor_model_parallel_size": 1,
+        f"{R}.max_model_len": ctx,
+        f"{R}.max_num_batched_tokens": max(8192, ctx),
+        f"{R}.dtype": "bfloat16" if spec.curator.precision == "bf16" else "float32",
+        f"{R}.checkpoint_engine.backend": "naive",
+        f"{R}.agent.num_workers": 8,
+        f"{M}.use_remove_padding": True,
+        f"{A}.strategy": "fsdp2",
+        "actor_rollout_ref.ref.strategy": "fsdp2",
+        "trainer.device": "cuda",
+    }
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_format(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_format(v)}" for k, v in value.items()) + "}"
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+def override_strings(overrides: dict[str, Any]) -> list[str]:
+    """{"a.b": 1, "+c": "x"} -> ["a.b=1", "+c='x'"] (strings quoted so paths and commas survive hydra's grammar)."""
+    return [f"{k}={_format(v)}" for k, v in overrides.items()]
+
+
+def config_dir() -> Path:
+    import verl.trainer
+
+    return Path(verl.trainer.__file__).parent / "config"
+
+
+def compose(overrides: dict[str, Any]) -> Any:
+    """verl's `ppo_trainer` config with the overrides applied (hydra's compose API, no working-dir change)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+        cfg = hydra_compose(config_name="ppo_trainer", overrides=override_strings(overrides))
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+def validate(cfg: Any) -> None:
+    """What `verl.trainer.main_ppo.main` runs before starting Ray."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(cfg)
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))

@@ -1,0 +1,366 @@
+"""`twinrun train SPEC --backend verl`: verl 0.9.1's own PPO trainer (`verl.trainer.main_ppo`, v1 sync trainer)
+on the spec's arm, writing the run directory the TRL backend writes.
+
+What twinrun adds to verl (everything else is verl as shipped):
+- the hydra overrides: `compile_spec(spec)` (what `twinrun plan` shows) + run paths + (on CPU) `cpu_overrides()`;
+- the data: one parquet row per task group, in core's task-group order (``TaskGroupSampler``: the same groups,
+  in the same order, as the TRL backend); verl's dataloader reads it unshuffled;
+- through the `verl.plugins` entry point: core's estimators, the curator agent loop, the transformers rollout
+  and the CPU platform (plugin.py); through config hooks: the agent-loop manager that tags rollouts
+  (loop_manager.py) and the checkpoint callback that merges to HF (checkpoints.py).
+
+verl runs in a child process (``python -m verl.trainer.main_ppo <overrides>``, cwd = ``<run>/verl``), so Ray, its
+environment variables and any crash stay out of the caller. Run directory (`RunPaths`): ``spec.yaml``,
+``resolved_config.json``, ``metrics.jsonl`` (StepMetrics), ``rollouts.jsonl``, ``episodes.jsonl``,
+``checkpoints/step-NNNNNN`` (HF); verl's own files (shards, logs, data) under ``verl/``.
+
+Resume (``resume=True``): refuses when the resolved config differs from the recorded one; otherwise verl resumes
+from its latest checkpoint (``trainer.resume_mode=auto``), records written after that checkpoint are dropped
+(those steps run again), and any checkpoint verl saved but did not get to merge is merged first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from twinrun.backends.verl import config as vconfig
+from twinrun.backends.verl.checkpoints import is_complete, merge_to_hf
+from twinrun.backends.verl.compile import compile_spec
+from twinrun.backends.verl.metrics import write_step_metrics
+from twinrun.backends.verl.names import AGENT_LOOP_CLASS, AGENT_LOOP_NAME, CHECKPOINT_CALLBACK, MANAGER_CLASS, RUN_DIR_KEY
+from twinrun.core.errors import InfrastructureError, TwinrunError
+from twinrun.core.records import RunPaths, atomic_write_text, read_jsonl
+
+R = vconfig.R
+CONFIG_VERSION = 1
+RESOLVED_CONFIG = "resolved_config.json"  # the TRL backend's name (twinrun/backends/trl/records.py)
+
+
+@dataclass(frozen=True)
+class VerlRunDirs:
+    """verl's own files inside a run directory."""
+
+    root: Path
+
+    @property
+    def verl(self) -> Path:
+        return self.root / "verl"
+
+    @property
+    def data(self) -> Path:
+        return self.verl / "train.parquet"
+
+    @property
+    def agent_loops(self) -> Path:
+        return self.verl / "agent_loops.yaml"
+
+    @property
+    def shards(self) -> Path:
+        return self.verl / "ckpt"
+
+    @property
+    def logs(self) -> Path:
+        return self.verl / "logs"
+
+    def metrics_log(self, attempt: int) -> Path:
+        return self.logs / f"verl-metrics.attempt-{attempt:03d}.jsonl"
+
+    def attempt_logs(self) -> list[Path]:
+        return sorted(self.logs.glob("verl-metrics.attempt-*.jsonl"))
+
+
+def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str | Path | None = None,
+          *, log: Any = print) -> dict[str, Any]:
+    """Train the spec's curator under verl into ``out_dir`` (see the module docstring). Returns a small summary
+    (steps trained, checkpoint steps, wall time, the step resumed after), as the TRL backend does."""
+    from twinrun.backends.registry import check_dependencies
+
+    check_dependencies("verl")
+    t0 = time.perf_counter()
+    paths = RunPaths(Path(out_dir).resolve())
+    dirs = VerlRunDirs(paths.root)
+    model = resolve_curator(spec, cache_dir)
+    overrides = build_overrides(spec, paths, dirs, model)
+    resolved = resolved_config(spec, overrides)
+
+    spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)  # the TRL backend's text
+    _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume)
+    atomic_write_text(paths.spec, spec_yaml)
+    atomic_write_text(paths.root / RESOLVED_CONFIG, json.dumps(resolved, indent=2, sort_keys=True) + "\n")
+    done = _reconcile_resume(paths, dirs) if resume else 0
+    if done >= spec.steps:
+        log(f"verl: {paths.root} already holds all {spec.steps} steps; nothing to do")
+        return {"steps": done, "checkpoints": checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
+    write_dataset(spec, dirs.data)
+    write_agent_loop_config(spec, paths, dirs)
+
+    attempt = len(dirs.attempt_logs())
+    overrides["trainer.resume_mode"] = "auto" if resume else "disable"
+    run_log = dirs.logs / f"verl.attempt-{attempt:03d}.log"
+    log(f"verl: training {spec.name} into {paths.root}" + (f" (resuming after step {done})" if resume else "")
+        + f"; verl's output: {run_log}")
+    rc = launch(overrides, cwd=dirs.verl, env=_child_env(spec, dirs.metrics_log(attempt)), log_path=run_log)
+    write_step_metrics(spec, paths, dirs.attempt_logs(), compile_spec(spec))
+    if rc != 0:
+        infra = _infrastructure_failure(run_log)
+        if infra:  # the estimator's executor.max_unmeasured_share check (or an endpoint) aborted the step
+            raise InfrastructureError(f"verl training stopped: {infra} (log: {run_log}; --resume continues after "
+                                      f"step {_latest_shard_step(dirs)})")
+        raise TwinrunError(
+            f"verl training: main_ppo exited with code {rc} (fix: see {run_log}; "
+            f"--resume continues after step {_latest_shard_step(dirs)})"
+        )
+    _merge_missing(paths, dirs)
+    return {"steps": spec.steps, "checkpoints": checkpoint_steps(paths), "wall_s": round(time.perf_counter() - t0, 3),
+            "resumed_from": done if resume else None}
+
+
+def _infrastructure_failure(log_path: Path) -> str | None:
+    """The message of an InfrastructureError raised inside verl's processes, from the tail of the run's log."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 200_000))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    hits = [line for line in tail.splitlines() if "InfrastructureError:" in line]
+    return hits[-1].split("InfrastructureError:", 1)[1].strip() if hits else None
+
+
+def checkpoint_steps(paths: RunPaths) -> list[int]:
+    if not paths.checkpoints.exists():
+        return []
+    return sorted(int(d.name.removeprefix("step-")) for d in paths.checkpoints.glob("step-*") if is_complete(d))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The pieces (each small enough to test)
+
+
+def resolve_curator(spec: Any, cache_dir: str | Path | None) -> str:
+    """What the actor loads: for ``tiny-qwen3`` the warm-started tiny curator both backends share
+    (`twinrun.warmstart`, cached under ``cache_dir``), else the spec's model name or path."""
+    from twinrun.warmstart import resolve_curator_model
+
+    return resolve_curator_model(spec, cache_dir, environ=dict(os.environ))
+
+
+def build_overrides(spec: Any, paths: RunPaths, dirs: VerlRunDirs, model: str) -> dict[str, Any]:
+    """compile_spec's overrides + run paths (+ CPU settings when the spec has no GPUs)."""
+    ov = dict(compile_spec(spec).config)
+    ov.update(vconfig.cpu_overrides() if spec.resources.gpus_per_node == 0 else vconfig.gpu_overrides(spec))
+    ov.update({
+        "actor_rollout_ref.model.path": model,
+        "data.train_files": str(dirs.data),
+        "data.val_files": str(dirs.data),  # unused: validation is off (sweeps evaluate checkpoints)
+        "data.filter_overlong_prompts": False,
+        "trainer.total_epochs": 1,  # the dataset holds exactly steps x groups_per_step rows
+        "trainer.project_name": "twinrun",
+        "trainer.experiment_name": spec.name,
+        "trainer.logger": ["console", "file"],
+        "trainer.default_local_dir": str(dirs.shards),
+        "trainer.checkpoint_callback_class": CHECKPOINT_CALLBACK,
+        f"+trainer.{RUN_DIR_KEY}": str(paths.root),
+        f"{R}.agent.agent_loop_config_path": str(dirs.agent_loops),
+        f"+{R}.agent.agent_loop_manager_class": MANAGER_CLASS,
+        f"{R}.agent.default_agent_loop": AGENT_LOOP_NAME,
+        "+ray_kwargs.ray_init.include_dashboard": False,
+    })
+    if spec.resources.ray_address:
+        ov["+ray_kwargs.ray_init.address"] = spec.resources.ray_address
+    ov.update(spec.overrides.get("verl", {}))  # the spec's escape hatch wins (plan shows it in compile's output)
+    return ov
+
+
+# overrides that name places inside the run directory, not behaviour: not compared on --resume (a moved run resumes)
+PATH_KEYS = ("data.train_files", "data.val_files", "trainer.default_local_dir", f"+trainer.{RUN_DIR_KEY}",
+             f"{R}.agent.agent_loop_config_path", "trainer.resume_mode")
+
+
+def resolved_config(spec: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """What a resume must match: the spec hash and every override that decides behaviour (PATH_KEYS excepted;
+    the curator's model path is compared: a different warm start is a different run)."""
+    return {
+        "config_version": CONFIG_VERSION,
+        "backend": "verl",
+        "framework": compile_spec(spec).framework,
+        "spec_hash": spec.spec_hash(),
+        "overrides": {k: v for k, v in sorted(overrides.items()) if k not in PATH_KEYS},
+    }
+
+
+def _prepare_run_dir(paths: RunPaths, dirs: VerlRunDirs, spec_yaml: str, resolved: dict[str, Any],
+                     resume: bool) -> None:
+    """Refuse to overwrite a run; on resume refuse a different spec or resolved config (as the TRL backend)."""
+    if not resume:
+        if paths.root.exists() and any(paths.root.iterdir()):
+            raise TwinrunError(f"--out: {str(paths.root)!r} is not empty (fix: a new folder, or --resume to continue it)")
+    else:
+        if not paths.spec.exists():
+            raise TwinrunError(f"--resume: {str(paths.root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
+        if paths.spec.read_text(encoding="utf-8") != spec_yaml:
+            raise TwinrunError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
+                               "and --set overrides, or start a new --out)")
+        cfg = paths.root / RESOLVED_CONFIG
+        if cfg.exists():
+            old = json.loads(cfg.read_text(encoding="utf-8"))
+            if old != resolved:
+                raise TwinrunError(
+                    f"--resume: resolved verl config changed ({_first_difference(old, resolved)}; fix: resume with the "
+                    "same spec, twinrun and verl versions, or start a new --out)"
+                )
+    for d in (paths.root, dirs.verl, dirs.logs):
+        d.mkdir(parents=True, exist_ok=True)
+
+
+def _first_difference(old: Any, new: Any, prefix: str = "") -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new), key=str):
+            if old.get(k) != new.get(k):
+                return _first_difference(old.get(k), new.get(k), f"{prefix}{k}.")
+    return f"{prefix.rstrip('.')}: {old!r} -> {new!r}"
+
+
+def task_group_rows(spec: Any) -> list[dict[str, Any]]:
+    """The training data: core's task groups for every step, in order, as verl dataset rows."""
+    from twinrun.core.curation import TaskGroupSampler
+    from twinrun.core.envs import make_catalog
+
+    env = spec.environment
+    root = None
+    if env.name == "alfworld":
+        from twinrun.core.envs.alfworld import resolve_alfworld_data
+
+        root = resolve_alfworld_data(None, dict(os.environ))
+    catalog = make_catalog(env.name, env.split, data_root=root, task_types=env.task_types)
+    sampler = TaskGroupSampler(catalog, env.group_size, groups_per_step=spec.batch.groups_per_step,
+                               task_types=env.task_types, seed=spec.seed)
+    rows = []
+    for step in range(spec.steps):
+        for group in sampler.step_groups(step):
+            k = len(rows)
+            rows.append({
+                # verl needs a chat prompt per row; the curator's real first input is built by the agent loop
+                "prompt": [{"role": "user", "content": f"task group {group.group_id}"}],
+                "data_source": f"twinrun/{env.name}",
+                "agent_name": AGENT_LOOP_NAME,
+                "twinrun_group": json.dumps(group.to_row(), sort_keys=True),
+                "extra_info": {"index": k, "group_id": group.group_id},
+            })
+    return rows
+
+
+def write_dataset(spec: Any, path: Path) -> None:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pd.DataFrame(task_group_rows(spec)).to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def write_agent_loop_config(spec: Any, paths: RunPaths, dirs: VerlRunDirs) -> None:
+    """verl's agent_loop_config_path: the curator loop with the run it belongs to (hydra kwargs)."""
+    entry = {
+        "name": AGENT_LOOP_NAME,
+        "_target_": AGENT_LOOP_CLASS,
+        "spec_path": str(paths.spec),
+        "spec_dir": str(spec.source_dir.resolve()),
+        "run_dir": str(paths.root),
+    }
+    atomic_write_text(dirs.agent_loops, yaml.safe_dump([entry], sort_keys=False))
+
+
+def _child_env(spec: Any, metrics_log: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "VERL_FILE_LOGGER_PATH": str(metrics_log),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAY_AUTH_MODE": env.get("RAY_AUTH_MODE", "disabled"),
+        "RAY_DEDUP_LOGS": "0",
+        "PYTHONUNBUFFERED": "1",
+    })
+    if spec.resources.gpus_per_node == 0:
+        env.update({"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "OMP_NUM_THREADS": "1",
+                    "MKL_NUM_THREADS": "1"})
+    return env
+
+
+def launch(overrides: dict[str, Any], *, cwd: Path, env: dict[str, str], log_path: Path) -> int:
+    """Run verl's trainer entry point in a child process; stdout+stderr go to log_path. Returns the exit code."""
+    cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *vconfig.override_strings(overrides),
+           "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    return proc.returncode
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Resume
+
+
+def _latest_shard_step(dirs: VerlRunDirs) -> int:
+    tracker = dirs.shards / "latest_checkpointed_iteration.txt"
+    try:
+        return int(tracker.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _reconcile_resume(paths: RunPaths, dirs: VerlRunDirs) -> int:
+    """Drop records of steps after verl's latest checkpoint (they run again), merge checkpoints verl saved but
+    did not get to merge, remove half-written merges. Returns the step training resumes after."""
+    step = _latest_shard_step(dirs)
+    _truncate_records(paths, keep_steps_below=step)
+    if paths.checkpoints.exists():
+        for tmp in paths.checkpoints.glob(".step-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+    _merge_missing(paths, dirs)
+    return step
+
+
+def _truncate_records(paths: RunPaths, keep_steps_below: int) -> None:
+    """Keep rollouts of task-group steps < keep_steps_below (0-based; verl's global step s trains step s-1's
+    groups) and the episode rows they own (written just before each rollout row, in the same order)."""
+    rollouts = list(read_jsonl(paths.rollouts))
+    kept = [r for r in rollouts if int(r.get("step", 0)) < keep_steps_below]
+    if len(kept) == len(rollouts) and not paths.episodes.exists():
+        return
+    n_episodes = sum(int(r.get("executor_episodes", 0)) for r in kept)
+    episodes = list(read_jsonl(paths.episodes))[:n_episodes]
+    atomic_write_text(paths.rollouts, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in kept))
+    atomic_write_text(paths.episodes, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in episodes))
+
+
+def _merge_missing(paths: RunPaths, dirs: VerlRunDirs) -> None:
+    if not dirs.shards.exists():
+        return
+    for d in sorted(dirs.shards.glob("global_step_*")):
+        try:
+            step = int(d.name.removeprefix("global_step_"))
+        except ValueError:
+            continue
+        target = paths.checkpoint(step)
+        if (d / "actor").is_dir() and not is_complete(target):
+            merge_to_hf(d / "actor", target, global_step=step)
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid: python -m twinrun.backends.verl.train SPEC OUT
+    from twinrun.core.spec import load_spec
+
+    train(load_spec(sys.argv[1]), sys.argv[2], resume="--resume" in sys.argv, cache_dir=os.environ.get("TWINRUN_CACHE"))
