@@ -42,3 +42,11 @@ def alfworld_data() -> Path:
 @pytest.fixture(scope="session")
 def smoke_spec_path() -> Path:
     return REPO / "experiments" / "smoke-cpu.yaml"
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """Tiny model + warm-start cache shared by every test of the session, so the warm start is built once for
+    both backends' training tests. TWINRUN_TEST_CACHE keeps it between sessions (optional)."""
+    keep = os.environ.get("TWINRUN_TEST_CACHE")
+    return Path(keep) if keep else tmp_path_factory.mktemp("cache")

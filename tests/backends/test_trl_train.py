@@ -6,7 +6,6 @@ semantics coincide, and --resume from the last complete checkpoint."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -19,13 +18,6 @@ from twinrun.core.records import RunPaths, StepMetrics, read_jsonl
 from twinrun.core.spec import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld]
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
-    """Tiny model + warm start cache. TWINRUN_TEST_CACHE keeps it between test sessions (optional)."""
-    keep = os.environ.get("TWINRUN_TEST_CACHE")
-    return Path(keep) if keep else tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,7 @@ config; continuing after the last checkpoint)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -23,14 +21,6 @@ from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld]
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
-    """Tiny model + warm start cache (shared with the TRL backend's runs). TWINRUN_TEST_CACHE keeps it between
-    test sessions (optional)."""
-    keep = os.environ.get("TWINRUN_TEST_CACHE")
-    return Path(keep) if keep else tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module")

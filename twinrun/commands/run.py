@@ -61,7 +61,8 @@ def run(
         run_dir = out / "runs" / b
         t0 = time.time()
         console.rule(f"train: {b}")
-        registry.trainer(b)(spec, run_dir, resume=resume or run_dir.exists(), cache_dir=cache_dir(cache))
+        # a backend whose run never started (no spec.yaml yet) starts fresh even under --resume
+        registry.trainer(b)(spec, run_dir, resume=(run_dir / "spec.yaml").exists(), cache_dir=cache_dir(cache))
         timings[f"train {b}"] = time.time() - t0
         run_dirs[b] = run_dir
 
