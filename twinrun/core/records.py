@@ -275,3 +275,18 @@ class RunPaths:
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"step-{step:06d}"
+
+
+def guard_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool) -> None:
+    """The rule every backend applies before training into `paths.root`: never overwrite a run silently; on
+    resume, refuse a folder with no run or with a different spec. Writes nothing."""
+    root = paths.root
+    if not resume:
+        if root.exists() and any(root.iterdir()):
+            raise RecordError(f"--out: {str(root)!r} is not empty (fix: a new folder, or --resume to continue it)")
+        return
+    if not paths.spec.exists():
+        raise RecordError(f"--resume: {str(root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
+    if paths.spec.read_text(encoding="utf-8") != spec_yaml:
+        raise RecordError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
+                          "and --set overrides, or start a new --out)")

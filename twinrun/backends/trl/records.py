@@ -29,6 +29,7 @@ from twinrun.core.records import (
     RunPaths,
     StepMetrics,
     atomic_write_text,
+    guard_run_dir,
     read_jsonl,
 )
 
@@ -116,17 +117,8 @@ def step_metrics(
 
 def open_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool) -> None:
     """Refuse to overwrite; on resume, refuse a different spec. Writes spec.yaml (atomically)."""
-    root = paths.root
-    if not resume:
-        if root.exists() and any(root.iterdir()):
-            raise TwinrunError(f"--out: {str(root)!r} is not empty (fix: a new folder, or --resume to continue it)")
-    else:
-        if not paths.spec.exists():
-            raise TwinrunError(f"--resume: {str(root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
-        if paths.spec.read_text(encoding="utf-8") != spec_yaml:
-            raise TwinrunError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
-                               "and --set overrides, or start a new --out)")
-    root.mkdir(parents=True, exist_ok=True)
+    guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume)
+    paths.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(paths.spec, spec_yaml)
 
 

@@ -39,7 +39,7 @@ from twinrun.backends.verl.compile import compile_spec
 from twinrun.backends.verl.metrics import write_step_metrics
 from twinrun.backends.verl.names import AGENT_LOOP_CLASS, AGENT_LOOP_NAME, CHECKPOINT_CALLBACK, MANAGER_CLASS, RUN_DIR_KEY
 from twinrun.core.errors import InfrastructureError, TwinrunError
-from twinrun.core.records import RunPaths, atomic_write_text, read_jsonl
+from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
 
 R = vconfig.R
 CONFIG_VERSION = 1
@@ -203,15 +203,8 @@ def resolved_config(spec: Any, overrides: dict[str, Any]) -> dict[str, Any]:
 def _prepare_run_dir(paths: RunPaths, dirs: VerlRunDirs, spec_yaml: str, resolved: dict[str, Any],
                      resume: bool) -> None:
     """Refuse to overwrite a run; on resume refuse a different spec or resolved config (as the TRL backend)."""
-    if not resume:
-        if paths.root.exists() and any(paths.root.iterdir()):
-            raise TwinrunError(f"--out: {str(paths.root)!r} is not empty (fix: a new folder, or --resume to continue it)")
-    else:
-        if not paths.spec.exists():
-            raise TwinrunError(f"--resume: {str(paths.root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
-        if paths.spec.read_text(encoding="utf-8") != spec_yaml:
-            raise TwinrunError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
-                               "and --set overrides, or start a new --out)")
+    guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume)
+    if resume:
         cfg = paths.root / RESOLVED_CONFIG
         if cfg.exists():
             old = json.loads(cfg.read_text(encoding="utf-8"))
