@@ -15,7 +15,7 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -290,3 +290,53 @@ def guard_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool) -> None:
     if paths.spec.read_text(encoding="utf-8") != spec_yaml:
         raise RecordError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
                           "and --set overrides, or start a new --out)")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Step metrics: the curation half, identical for every backend
+
+
+def finite_or_none(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def mean_finite(values: Iterable[Any]) -> float | None:
+    vals = [f for f in (finite_or_none(v) for v in values) if f is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def curation_step_metrics(step: int, records: Sequence[dict[str, Any]], *, backend: str,
+                          optimizer_updates: int, provenance: Provenance) -> StepMetrics:
+    """The fields of one StepMetrics row that come from core's curation records (rollouts.jsonl rows of one
+    step), so reward means, terms and episode counts mean the same on every backend. A backend adds its
+    training fields (entropy, KL, grad norm, clip fraction, lengths, tool counts, wall time) with model_copy."""
+    totals = [r["reward"]["total"] for r in records]
+    measured = [t for t in totals if t is not None]
+    mean = sum(measured) / len(measured) if measured else None
+    std = (math.sqrt(sum((t - mean) ** 2 for t in measured) / (len(measured) - 1))
+           if mean is not None and len(measured) > 1 else None)
+    terms = {name: mean_finite([r["reward"][name]["value"] for r in records]) for name in ("r_task", "r_fc", "r_cnt", "r_comp")}
+    # r_task pooled over every measured scored position of the step (not a mean of per-rollout ratios)
+    num = sum(r["reward"]["r_task"]["numerator"] or 0.0 for r in records)
+    den = sum(r["reward"]["r_task"]["denominator"] or 0 for r in records)
+    positions = [int(r["positions_measured"]) for r in records]
+    return StepMetrics(
+        step=step,
+        backend=backend,
+        reward_mean=mean,
+        reward_std=std,
+        reward_terms=terms,
+        r_task_measured_mean=(num / den) if den else None,
+        positions_measured_mean=(sum(positions) / len(positions)) if positions else None,
+        positions_measured_min=min(positions) if positions else None,
+        curation_rollouts=len(records),
+        executor_episodes=sum(int(r["executor_episodes"]) for r in records),
+        executor_calls=sum(int(r["executor_calls"]) for r in records),
+        unmeasured_episodes=sum(int(r["unmeasured_episodes"]) for r in records),
+        optimizer_updates=optimizer_updates,
+        provenance=provenance,
+    )

@@ -14,7 +14,6 @@ carry core's 0-based task-group step (``k - 1``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -29,7 +28,10 @@ from twinrun.core.records import (
     RunPaths,
     StepMetrics,
     atomic_write_text,
+    curation_step_metrics,
+    finite_or_none,
     guard_run_dir,
+    mean_finite,
     read_jsonl,
 )
 
@@ -38,19 +40,6 @@ RESOLVED_CONFIG = "resolved_config.json"
 TRL_LOG = "trl_log.jsonl"
 # GRPOConfig keys that name places, not behaviour: not compared on --resume
 _PATH_KEYS = ("output_dir", "logging_dir")
-
-
-def _finite(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _mean(values: Sequence[Any]) -> float | None:
-    vals = [f for f in (_finite(v) for v in values) if f is not None]
-    return sum(vals) / len(vals) if vals else None
 
 
 def step_metrics(
@@ -62,53 +51,30 @@ def step_metrics(
     optimizer_updates: int,
     provenance: Provenance,
 ) -> StepMetrics:
-    """One neutral metrics row from a step's curation records (core) and TRL's logs of its optimizer updates."""
-    totals = [r["reward"]["total"] for r in records]
-    measured = [t for t in totals if t is not None]
-    mean = sum(measured) / len(measured) if measured else None
-    std = (math.sqrt(sum((t - mean) ** 2 for t in measured) / (len(measured) - 1))
-           if mean is not None and len(measured) > 1 else None)
-    terms: dict[str, float | None] = {}
-    for name in ("r_task", "r_fc", "r_cnt", "r_comp"):
-        terms[name] = _mean([r["reward"][name]["value"] for r in records])
-    # r_task pooled over every measured scored position of the step (not a mean of per-rollout ratios)
-    num = sum(r["reward"]["r_task"]["numerator"] or 0.0 for r in records)
-    den = sum(r["reward"]["r_task"]["denominator"] or 0 for r in records)
-    positions = [int(r["positions_measured"]) for r in records]
-    calls = [_finite(x.get("tools/call_frequency")) for x in trl_logs]
-    fails = [_finite(x.get("tools/failure_frequency")) for x in trl_logs]
+    """One neutral metrics row: the curation fields from core's records, the training fields from TRL's logs
+    of the step's optimizer updates."""
+    base = curation_step_metrics(step, records, backend="trl", optimizer_updates=optimizer_updates,
+                                 provenance=provenance)
+    calls = [finite_or_none(x.get("tools/call_frequency")) for x in trl_logs]
+    fails = [finite_or_none(x.get("tools/failure_frequency")) for x in trl_logs]
     call_freq = next((c for c in calls if c is not None), None)
     fail_freq = next((f for f in fails if f is not None), None)
     tool_calls = round(call_freq * len(records)) if call_freq is not None else 0
     wall = {k: round(float(v), 6) for k, v in batch_stats.get("wall_s", {}).items()}
-    step_time = sum(_finite(x.get("step_time")) or 0.0 for x in trl_logs)
+    step_time = sum(finite_or_none(x.get("step_time")) or 0.0 for x in trl_logs)
     if step_time:
         wall["step"] = round(step_time, 6)
         wall["update"] = round(max(0.0, step_time - wall.get("rollout", 0.0) - wall.get("advantages", 0.0)), 6)
-    return StepMetrics(
-        step=step,
-        backend="trl",
-        reward_mean=mean,
-        reward_std=std,
-        reward_terms=terms,
-        r_task_measured_mean=(num / den) if den else None,
-        positions_measured_mean=(sum(positions) / len(positions)) if positions else None,
-        positions_measured_min=min(positions) if positions else None,
-        curation_rollouts=len(records),
-        executor_episodes=sum(int(r["executor_episodes"]) for r in records),
-        executor_calls=sum(int(r["executor_calls"]) for r in records),
-        unmeasured_episodes=sum(int(r["unmeasured_episodes"]) for r in records),
-        optimizer_updates=optimizer_updates,
-        tool_calls=tool_calls,
-        tool_failures=round(fail_freq * tool_calls) if fail_freq is not None else 0,
-        entropy=_mean([x.get("entropy") for x in trl_logs]),
-        kl=_mean([x.get("kl") for x in trl_logs]),
-        grad_norm=_mean([x.get("grad_norm") for x in trl_logs]),
-        clip_fraction=_mean([x.get("clip_ratio/region_mean") for x in trl_logs]),
-        completion_length_mean=_mean([x.get("completions/mean_length") for x in trl_logs]),
-        wall_s=wall,
-        provenance=provenance,
-    )
+    return base.model_copy(update={
+        "tool_calls": tool_calls,
+        "tool_failures": round(fail_freq * tool_calls) if fail_freq is not None else 0,
+        "entropy": mean_finite([x.get("entropy") for x in trl_logs]),
+        "kl": mean_finite([x.get("kl") for x in trl_logs]),
+        "grad_norm": mean_finite([x.get("grad_norm") for x in trl_logs]),
+        "clip_fraction": mean_finite([x.get("clip_ratio/region_mean") for x in trl_logs]),
+        "completion_length_mean": mean_finite([x.get("completions/mean_length") for x in trl_logs]),
+        "wall_s": wall,
+    })
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -243,7 +209,7 @@ class RunRecorder:
         step = -(-global_step // self.updates_per_step)
         self._logs.setdefault(step, []).append(dict(logs))
         if self.is_main:
-            clean = {k: (_finite(v) if isinstance(v, (int, float)) else v) for k, v in logs.items()}
+            clean = {k: (finite_or_none(v) if isinstance(v, (int, float)) else v) for k, v in logs.items()}
             self._writer(self.paths.root / TRL_LOG).write({"step": step, "kind": "log", "global_step": global_step,
                                                            **clean})
         if global_step % self.updates_per_step:

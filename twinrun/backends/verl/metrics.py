@@ -15,7 +15,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.records import RunPaths, StepMetrics, atomic_write_text, provenance, read_jsonl
+from twinrun.core.records import (
+    RunPaths,
+    StepMetrics,
+    atomic_write_text,
+    curation_step_metrics,
+    provenance,
+    read_jsonl,
+)
 
 # neutral StepMetrics field -> verl 0.9.1 metric name (trainer/ppo/v1/trainer_base.py, workers/utils/losses.py)
 VERL_NAMES = {
@@ -63,12 +70,10 @@ def step_rows(spec: Any, verl_steps: dict[int, dict[str, Any]], rollouts: list[d
     """One StepMetrics per verl step that has a log row (steps in increasing order).
 
     The curation fields are computed by the very function the TRL backend uses
-    (`twinrun.backends.trl.records.step_metrics`, pure core code), so reward means, terms, episode counts mean
+    (`twinrun.core.records.curation_step_metrics`), so reward means, terms, episode counts mean
     the same on both backends; the training fields are verl's (`VERL_NAMES`, `VERL_TIMINGS`). Tool calls are
     counted from the records (one per ``curate`` call that reached the session); TRL counts them from its own
     log, and also counts calls of unknown tools, which never reach the session."""
-    from twinrun.backends.trl.records import step_metrics
-
     by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in rollouts:
         by_step[int(r.get("step", -1)) + 1].append(r)
@@ -79,9 +84,9 @@ def step_rows(spec: Any, verl_steps: dict[int, dict[str, Any]], rollouts: list[d
         data = verl_steps[step]
         records = by_step.get(step, [])
         wall = {phase: v for phase, name in VERL_TIMINGS.items() if (v := _num(data.get(name))) is not None}
-        base = step_metrics(step, records, [], {"wall_s": {}}, optimizer_updates=optimizer_updates, provenance=prov)
+        base = curation_step_metrics(step, records, backend="verl", optimizer_updates=optimizer_updates,
+                                     provenance=prov)
         rows.append(base.model_copy(update={
-            "backend": "verl",
             "wall_s": wall,
             "tool_calls": sum(int(p.get("tool_calls", 0)) for r in records for p in r.get("positions", [])),
             "tool_failures": 0,
