@@ -463,23 +463,16 @@ def export_hf_checkpoint(src: Any, dst: Any, tokenizer: Any) -> Any:
     """Copy a framework's HF-format weights into ``dst`` (``checkpoints/step-NNNNNN``) atomically, with the
     tokenizer, leaving optimizer/RNG state behind. Loadable with ``AutoModelForCausalLM.from_pretrained``."""
     import shutil
-    import tempfile
     from pathlib import Path
+
+    from twinrun.core.records import publishing_dir
 
     src, dst = Path(src), Path(dst)
     if not (src / "config.json").is_file():
         raise TwinrunError(f"checkpoint: {src} has no config.json (fix: the framework did not save HF weights)")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
-    try:
+    with publishing_dir(dst) as tmp:
         for f in src.iterdir():
             if f.is_file() and f.name not in _NOT_HF and not f.name.startswith("rng_state"):
                 shutil.copy2(f, tmp / f.name)
         tokenizer.save_pretrained(tmp)
-        if dst.exists():
-            shutil.rmtree(dst)
-        tmp.rename(dst)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return dst

@@ -13,9 +13,12 @@ import json
 import math
 import os
 import platform
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -56,6 +59,23 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             os.close(dfd)
     except OSError:
         pass
+
+
+@contextmanager
+def publishing_dir(dst: str | Path) -> Iterator[Path]:
+    """Fill a temporary folder beside `dst`, then swap it in with one rename: readers see the old folder or the
+    complete new one (a checkpoint is never half-written). On an error `dst` is left as it was."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        yield tmp
+        if dst.exists():  # e.g. a step re-run after --resume replaces its own earlier export
+            shutil.rmtree(dst)
+        os.replace(tmp, dst)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from twinrun.core.records import (
     finite_or_none,
     guard_run_dir,
     mean_finite,
+    publishing_dir,
     read_jsonl,
 )
 
@@ -151,9 +151,7 @@ def export_checkpoint(src: Path, dst: Path) -> Path:
     folder + rename). Files are hard-linked when possible (no second copy of the weights), else copied."""
     if not (src / "config.json").is_file():
         raise TwinrunError(f"checkpoint: {src} has no config.json (fix: TRL did not save HF weights)")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
-    try:
+    with publishing_dir(dst) as tmp:
         for f in src.iterdir():
             if not f.is_file() or f.name in _NOT_WEIGHTS or f.name.startswith("rng_state"):
                 continue
@@ -161,12 +159,6 @@ def export_checkpoint(src: Path, dst: Path) -> Path:
                 os.link(f, tmp / f.name)
             except OSError:
                 shutil.copy2(f, tmp / f.name)
-        if dst.exists():  # a re-run step after --resume replaces its own earlier export
-            shutil.rmtree(dst)
-        os.replace(tmp, dst)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return dst
 
 

@@ -10,13 +10,10 @@ temporary folder and renames it into place (the callback class is in callback.py
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.records import atomic_write_json
+from twinrun.core.records import atomic_write_json, publishing_dir
 
 COMPLETE = ".complete"
 
@@ -28,9 +25,7 @@ def merge_to_hf(actor_dir: str | Path, target: str | Path, *, global_step: int, 
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 
     actor_dir, target = Path(actor_dir), Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with publishing_dir(target) as tmp:
         config = ModelMergerConfig(
             operation="merge", backend="fsdp", target_dir=str(tmp), local_dir=str(actor_dir),
             hf_model_config_path=str(actor_dir / "huggingface"),
@@ -42,12 +37,6 @@ def merge_to_hf(actor_dir: str | Path, target: str | Path, *, global_step: int, 
         meta.update(extra or {})
         atomic_write_json(tmp / "twinrun_checkpoint.json", meta)
         (tmp / COMPLETE).write_text(json.dumps(meta, sort_keys=True) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
