@@ -1,0 +1,39 @@
+"""ExperimentSpec: one curator arm, in neutral units, compiled by each backend.
+
+A spec says *what* to train (models, environment, reward, estimator, batch in task groups and rollouts,
+optimiser, lengths) and never *how a framework spells it*. Backends derive their knobs from it
+(`twinrun.backends.<name>.compile`) and `twinrun plan` refuses a spec whose realised per-step counts differ.
+
+Errors are one line each: ``<field.path>: <value> <rule> (fix: ...)``; see :class:`SpecError`.
+"""
+
+
+from twinrun.core.spec.base import SPEC_VERSION, Backend, Estimator, SpecError
+from twinrun.core.spec.experiment import ExperimentSpec
+from twinrun.core.spec.loading import apply_overrides, load_spec, spec_from_dict
+from twinrun.core.spec.policy import (
+    ALFWORLD_TASK_TYPES,
+    AlgorithmSpec,
+    BatchSpec,
+    ClipSpec,
+    CuratorSpec,
+    EnvironmentSpec,
+    ExecutorSpec,
+    JudgeSpec,
+    KLSpec,
+    OptimizerSpec,
+    PromptsSpec,
+    ResourcesSpec,
+    RetrievalSpec,
+    RewardSpec,
+    SamplingSpec,
+    SkillsSpec,
+)
+from twinrun.core.spec.sft import GoldPathSpec, SFTSpec
+
+__all__ = [
+    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "AlgorithmSpec", "Backend", "BatchSpec", "ClipSpec", "CuratorSpec",
+    "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec", "GoldPathSpec", "JudgeSpec", "KLSpec",
+    "OptimizerSpec", "PromptsSpec", "ResourcesSpec", "RetrievalSpec", "RewardSpec", "SFTSpec", "SamplingSpec",
+    "SkillsSpec", "SpecError", "apply_overrides", "load_spec", "spec_from_dict",
+]

@@ -1,0 +1,253 @@
+"""Spec sections of the rollout and the update: models, executor, judge, environment, reward, algorithm, batch,
+optimizer, sampling, KL, clip, retrieval, skills, prompts and resources."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from twinrun.core.spec.base import Estimator, _Strict
+
+
+class CuratorSpec(_Strict):
+    """The trainable curator policy."""
+
+    model: str = Field(description="HF model id or local path; 'tiny-qwen3' builds a random tiny model locally")
+    max_prompt_tokens: int = Field(16384, gt=0, description="curator input (chi_i) limit per position")
+    max_response_tokens: int = Field(4096, gt=0, description="one curator turn (tool calls) limit")
+    max_completion_tokens: int = Field(
+        32768,
+        gt=0,
+        description="the whole multi-turn completion after chi_1: every curator turn and every tool result "
+        "(the next position's input). TRL max_completion_length, verl data.max_response_length",
+    )
+    precision: Literal["bf16", "fp32"] = "bf16"
+    lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning")
+
+    @model_validator(mode="after")
+    def _lengths(self) -> CuratorSpec:
+        if self.max_completion_tokens < self.max_response_tokens:
+            raise ValueError(
+                f"curator.max_completion_tokens: {self.max_completion_tokens} is below max_response_tokens="
+                f"{self.max_response_tokens} (fix: the whole multi-turn completion must hold at least one turn)"
+            )
+        return self
+
+
+class ExecutorSpec(_Strict):
+    """The frozen executor that plays the games with retrieved skills."""
+
+    kind: Literal["scripted", "openai", "hf"]
+    model: str | None = None
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint (kind=openai)")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the endpoint key")
+    temperature: float = Field(0.4, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(512, gt=0, description="tokens per executor turn")
+    max_turns: int = Field(30, ge=1)
+    history: int = Field(3, ge=0, description="(observation, action) pairs kept in the executor prompt")
+    expert_prob: float = Field(1.0, ge=0.0, le=1.0, description="scripted: chance to play the expert action")
+    concurrency: int = Field(32, ge=1, description="in-flight executor calls shared by all episodes of a step")
+    timeout_s: float = Field(120.0, gt=0)
+    retries: int = Field(3, ge=0)
+    max_unmeasured_share: float = Field(
+        0.2, ge=0.0, le=1.0, description="abort a step when more episodes than this are unmeasured"
+    )
+
+    @model_validator(mode="after")
+    def _needs_endpoint(self) -> ExecutorSpec:
+        if self.kind == "openai" and not self.base_url:
+            raise ValueError("executor.base_url: None is required when executor.kind=openai (fix: set the vLLM server URL)")
+        if self.kind in ("openai", "hf") and not self.model:
+            raise ValueError(f"executor.model: None is required when executor.kind={self.kind} (fix: name the model)")
+        return self
+
+
+class JudgeSpec(_Strict):
+    """Content-quality judge for r_cnt."""
+
+    kind: Literal["rules", "openai", "disabled"] = "rules"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = Field(120.0, gt=0)
+    retries: int = Field(3, ge=0)
+
+    @model_validator(mode="after")
+    def _needs_endpoint(self) -> JudgeSpec:
+        if self.kind == "openai" and not (self.base_url and self.model):
+            raise ValueError("judge.base_url: None is required when judge.kind=openai (fix: set base_url and model)")
+        return self
+
+
+ALFWORLD_TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
+
+
+class EnvironmentSpec(_Strict):
+    name: Literal["alfworld", "sciworld"]
+    split: str = Field("valid_train", description="games that task groups are drawn from for training")
+    eval_split: str = Field("valid_seen", description="held-out games for sweeps")
+    eval_games: int | None = Field(
+        None, ge=1, description="sweep on this many held-out games (a fixed, seeded, type-stratified subset); null = all"
+    )
+    task_types: list[str] | None = Field(None, description="None = all types, round-robin")
+    group_size: int = Field(10, description="|G|: positions (tasks) per curation rollout")
+    share_first_position: bool = Field(
+        False, description="all rollouts of a group reuse one position-1 episode (common random numbers)"
+    )
+    workers: int = Field(2, ge=1, description="environment worker processes (textworld is not thread-safe)")
+
+    @field_validator("group_size")
+    @classmethod
+    def _group(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"{v} must be >= 2 (position 1 is unscored, so |G|=1 has no reward; fix: use 2 or more)")
+        return v
+
+    @model_validator(mode="after")
+    def _types(self) -> EnvironmentSpec:
+        if self.name == "alfworld" and self.task_types:
+            bad = [t for t in self.task_types if t not in ALFWORLD_TASK_TYPES]
+            if bad:
+                raise ValueError(
+                    f"environment.task_types: {bad[0]!r} is not an ALFWorld task type "
+                    f"(fix: one of {', '.join(ALFWORLD_TASK_TYPES)})"
+                )
+        return self
+
+
+class RewardSpec(_Strict):
+    """r = r_task + lambda_fc*r_fc + lambda_cnt*r_cnt + lambda_comp*r_comp. A weight of null disables a term
+    explicitly (recorded as disabled); 0.0 computes and logs it without weight."""
+
+    lambda_fc: float | None = 1.0
+    lambda_cnt: float | None = 0.1
+    lambda_comp: float | None = 0.05
+    min_measured_positions: int = Field(
+        1, ge=1, description="a rollout with fewer measured scored positions has an unmeasured r_task"
+    )
+
+
+class AlgorithmSpec(_Strict):
+    estimator: Estimator = "grpo"
+    scale: Literal["group", "batch", "none"] = Field(
+        "none", description="std scaling of the group-centred reward; the paper's text: none"
+    )
+    eps: float = Field(1e-6, gt=0, description="added to the std before dividing")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="GiGPO step discount")
+    step_weight: float = Field(1.0, ge=0.0, description="GiGPO omega: weight of the step-level advantage")
+    gigpo_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
+    anchor_match: Literal["exact", "similarity"] = "exact"
+    similarity: float = Field(0.95, gt=0.0, le=1.0)
+    invalid_penalty: float = Field(0.0, ge=0.0, description="subtracted from a curator turn with no valid call")
+    loss_aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+
+    @model_validator(mode="after")
+    def _dr(self) -> AlgorithmSpec:
+        if self.estimator == "dr_grpo" and self.scale != "none":
+            raise ValueError(
+                f"algorithm.scale: {self.scale!r} contradicts estimator=dr_grpo (group mean only; fix: scale: none)"
+            )
+        return self
+
+
+class BatchSpec(_Strict):
+    """Neutral units. One training step = groups_per_step task groups x rollouts_per_group curation rollouts,
+    each of |G| positions; split into `minibatches` optimizer updates, repeated `epochs` times."""
+
+    groups_per_step: int = Field(ge=1)
+    rollouts_per_group: int
+    minibatches: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1)
+    micro_batch_per_device: int = Field(1, ge=1, description="sequences per forward/backward per device")
+
+    @field_validator("rollouts_per_group")
+    @classmethod
+    def _n(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"{v} must be >= 2 (a GRPO group of one has no baseline; fix: use 2 or more, paper: 8)")
+        return v
+
+    @model_validator(mode="after")
+    def _divides(self) -> BatchSpec:
+        if self.groups_per_step % self.minibatches:
+            raise ValueError(
+                f"batch.minibatches: {self.minibatches} does not divide groups_per_step={self.groups_per_step} "
+                "(fix: choose a divisor)"
+            )
+        return self
+
+    @property
+    def trajectories(self) -> int:
+        return self.groups_per_step * self.rollouts_per_group
+
+
+class OptimizerSpec(_Strict):
+    lr: float
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    grad_clip: float = Field(1.0, gt=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+
+    @field_validator("lr")
+    @classmethod
+    def _lr(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"{v} must be > 0 (fix: a positive learning rate, paper: 1e-6)")
+        return v
+
+
+class SamplingSpec(_Strict):
+    temperature: float = Field(1.0, gt=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, description="None = off")
+
+    @field_validator("top_k")
+    @classmethod
+    def _k(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError(f"{v} must be >= 1 or null (fix: null turns top-k off)")
+        return v
+
+
+class KLSpec(_Strict):
+    coef: float = Field(0.0, ge=0.0)
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+
+
+class ClipSpec(_Strict):
+    low: float = Field(0.2, gt=0.0, lt=1.0)
+    high: float = Field(0.2, gt=0.0)
+    dual_clip_c: float = Field(3.0, gt=1.0, description="verl cannot disable dual clip; TRL gets the same delta")
+
+
+class RetrievalSpec(_Strict):
+    top_k: int = Field(5, ge=0)
+    fields: list[Literal["name", "description", "body"]] = ["name", "description", "body"]
+
+
+class SkillsSpec(_Strict):
+    max_content_chars: int = Field(20000, gt=0, description="bound on one SKILL.md a curator may write")
+    max_skills: int = Field(200, gt=0)
+    human_skills: str | None = Field(None, description="folder of human-written skills imported as immutable")
+
+
+class PromptsSpec(_Strict):
+    """Prompt files, relative to the spec file. Drop in the paper's exact text to reproduce it."""
+
+    curator_system: str
+    curator_input: str
+    executor_system: str
+    executor_input: str
+    judge: str | None = None
+
+
+
+
+class ResourcesSpec(_Strict):
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0, description="0 = CPU")
+    ray_address: str | None = None
+
