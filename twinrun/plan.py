@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from twinrun.backends import registry
 from twinrun.backends.compiled import COUNT_NAMES, CompiledBackend
 from twinrun.core.spec import ExperimentSpec
@@ -111,8 +113,70 @@ def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
     return rows
 
 
-def build_plan(spec: ExperimentSpec, backends: list[str] | None = None) -> dict[str, Any]:
-    """Return the plan as a JSON-able dict: backends' configs and counts, knob rows, counts_equal."""
+# spec sections core runs the same way for every backend (the rollout: executor decoding, judge, retrieval)
+ROLLOUT_SECTIONS = ("executor", "judge", "retrieval")
+
+
+def _leaves(model: BaseModel, prefix: str) -> list[tuple[str, Any, str]]:
+    """(dotted path, value, field description) of every leaf field; a free mapping (extra_body) is one leaf."""
+    out: list[tuple[str, Any, str]] = []
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        path = f"{prefix}.{name}"
+        if isinstance(value, BaseModel):
+            out.extend(_leaves(value, path))
+        else:
+            out.append((path, value, info.description or ""))
+    return out
+
+
+def rollout_knobs(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """Every knob of the rollout sections with its value and source: the spec line (and the comment that cites
+    it), a --set override, or the default (with what the default means)."""
+    rows = []
+    for section in ROLLOUT_SECTIONS:
+        for path, value, description in _leaves(getattr(spec, section), section):
+            origin = spec.origin(path)
+            note = origin.note or (description if origin.source == "default" else "")
+            rows.append({"name": path, "value": value, "source": origin.source, "note": note})
+    return rows
+
+
+def executor_calls_at_most(spec: ExperimentSpec, episodes: int) -> int:
+    """Executor calls one training step can make: every episode playing executor.max_turns turns."""
+    return episodes * spec.executor.max_turns
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def against(spec: ExperimentSpec, other: ExperimentSpec, backends: list[str]) -> dict[str, Any]:
+    """Per-step counts of `spec` next to `other`'s for each backend, and every spec field whose value differs."""
+    counts: dict[str, dict[str, Any]] = {}
+    for label, s in (("this", spec), ("other", other)):
+        for n in backends:
+            c = dict(registry.compiler(n)(s).counts)
+            c["executor_calls_at_most"] = executor_calls_at_most(s, c["executor_episodes"])
+            counts[f"{label}:{n}"] = c
+    mine, theirs = _flat(spec.model_dump(mode="json")), _flat(other.model_dump(mode="json"))
+    skip = {"name"}
+    differences = [
+        {"name": k, "this": mine.get(k), "other": theirs.get(k), "source": spec.origin(k).source}
+        for k in sorted(set(mine) | set(theirs)) if k not in skip and mine.get(k) != theirs.get(k)
+    ]
+    return {"spec": {"name": other.name, "hash": other.spec_hash()}, "counts": counts, "differences": differences}
+
+
+def build_plan(spec: ExperimentSpec, backends: list[str] | None = None,
+               other: ExperimentSpec | None = None) -> dict[str, Any]:
+    """Return the plan as a JSON-able dict: backends' configs and counts, knob rows, the rollout knobs with their
+    sources, counts_equal; with `other`, its per-step counts and the fields that differ (`against`)."""
     names = backends or list(spec.backends)
     compiled: dict[str, CompiledBackend] = {n: registry.compiler(n)(spec) for n in names}
     neutral = neutral_values(spec)
@@ -140,16 +204,20 @@ def build_plan(spec: ExperimentSpec, backends: list[str] | None = None) -> dict[
     mismatched = [
         k for k in COUNT_NAMES if len({counts[n][k] for n in names}) > 1
     ]
-    return {
+    result = {
         "spec": {"name": spec.name, "hash": spec.spec_hash()},
         "backends": {n: c.to_json() for n, c in compiled.items()},
         "knobs": [
             {"name": r.name, "neutral": r.neutral, **{n: r.settings.get(n) for n in names}, "status": r.status, "why": r.why}
             for r in rows
         ],
+        "rollout_knobs": rollout_knobs(spec),
         "counts_equal": not mismatched,
         "mismatched_counts": mismatched,
     }
+    if other is not None:
+        result["against"] = against(spec, other, names)
+    return result
 
 
 def _norm(v: Any) -> Any:

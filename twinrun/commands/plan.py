@@ -20,12 +20,15 @@ def plan(
     sets: list[str] = SetOption,
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     backend: list[str] = typer.Option([], "--backend", help="only these backends (default: the spec's)"),
+    against: Path | None = typer.Option(None, "--against", metavar="OTHER_SPEC",
+                                        help="also show OTHER_SPEC's per-step counts and every field that differs"),
 ) -> None:
     """Compile SPEC for each backend without importing either framework and compare the arms."""
     from twinrun.plan import build_plan
 
     spec = spec_from_cli(spec_path, sets)
-    result = build_plan(spec, backend or None)
+    other = spec_from_cli(against, []) if against is not None else None
+    result = build_plan(spec, backend or None, other=other)
     if as_json:
         print_json(result)
     else:
@@ -63,7 +66,37 @@ def _print(result: dict) -> None:
         ok = len(set(vals)) == 1
         c.add_row(k, *map(str, vals), "[green]equal[/]" if ok else "[bold red]DIFFERENT[/]")
     console.print(c)
+    r = Table(title="rollout knobs (core: the same for every backend)")
+    for col in ["knob", "value", "source", "note"]:
+        r.add_column(col, overflow="fold")
+    for row in result["rollout_knobs"]:
+        r.add_row(row["name"], _show(row["value"]), row["source"], row["note"])
+    console.print(r)
     for n in names:
         console.print(f"[bold]{n} native config[/] (every value pinned):")
         for k, v in result["backends"][n]["config"].items():
             console.print(f"  {k}={v}", highlight=False)
+    if "against" in result:
+        _print_against(console, result["spec"]["name"], result["against"])
+
+
+def _show(value: object) -> str:
+    return "null" if value is None else str(value)
+
+
+def _print_against(console: Console, name: str, against: dict) -> None:
+    other = against["spec"]["name"]
+    counts = against["counts"]
+    c = Table(title=f"per-step counts: {name} (this) against {other} (other)")
+    c.add_column("count")
+    for col in counts:
+        c.add_column(col)
+    for k in next(iter(counts.values())):
+        c.add_row(k, *[str(counts[col][k]) for col in counts])
+    console.print(c)
+    d = Table(title=f"fields that differ from {other}")
+    for col in ["field", "this", "other", "source (this)"]:
+        d.add_column(col, overflow="fold")
+    for row in against["differences"]:
+        d.add_row(row["name"], _show(row["this"]), _show(row["other"]), row["source"])
+    console.print(d)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, model_validator
 
 from twinrun.core.spec.base import SPEC_VERSION, Backend, SpecError, _Strict
+from twinrun.core.spec.origins import FieldOrigin, SpecOrigins
 from twinrun.core.spec.policy import (
     AlgorithmSpec, BatchSpec, ClipSpec, CuratorSpec, EnvironmentSpec, ExecutorSpec, JudgeSpec, KLSpec,
     OptimizerSpec, PromptsSpec, ResourcesSpec, RetrievalSpec, RewardSpec, SamplingSpec, SkillsSpec,
@@ -66,11 +67,17 @@ class ExperimentSpec(_Strict):
 
     # the folder the spec was read from: prompt paths are relative to it
     _source_dir: str = PrivateAttr(".")
+    # where each value came from (spec file line and comment, --set, default); filled by load_spec
+    _origins: SpecOrigins = PrivateAttr(default_factory=SpecOrigins)
 
     # --- derived ---------------------------------------------------------------------------------------------
     @property
     def source_dir(self) -> Path:
         return Path(self._source_dir)
+
+    def origin(self, path: str) -> FieldOrigin:
+        """Where the value at dotted `path` came from: "spec line N" (with its comment), "--set" or "default"."""
+        return self._origins.of(path)
 
     def prompt_path(self, which: str) -> Path:
         rel = getattr(self.prompts, which)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from twinrun.core.spec.base import SPEC_VERSION, SpecError
 from twinrun.core.spec.experiment import ExperimentSpec
+from twinrun.core.spec.origins import SpecOrigins, yaml_origins
 
 
 def _all_field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -97,7 +98,8 @@ def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     return data
 
 
-def spec_from_dict(data: dict[str, Any], source_dir: Path | None = None) -> ExperimentSpec:
+def spec_from_dict(data: dict[str, Any], source_dir: Path | None = None,
+                   origins: SpecOrigins | None = None) -> ExperimentSpec:
     if not isinstance(data, dict):
         raise SpecError(f"spec: top level is {type(data).__name__}, not a mapping (fix: a YAML mapping of sections)")
     if "version" in data and data["version"] != SPEC_VERSION:
@@ -109,6 +111,8 @@ def spec_from_dict(data: dict[str, Any], source_dir: Path | None = None) -> Expe
     except ValidationError as err:
         raise SpecError(_format_error(err)) from None
     spec._source_dir = str(source_dir or Path.cwd())
+    if origins is not None:
+        spec._origins = origins
     return spec
 
 
@@ -126,4 +130,4 @@ def load_spec(path: str | Path, sets: list[str] | None = None) -> ExperimentSpec
         where = f" line {mark.line + 1}" if mark else ""
         raise SpecError(f"spec: {str(p)!r}{where} is not valid YAML (fix: {getattr(e, 'problem', e)})") from None
     data = apply_overrides(data, sets or [])
-    return spec_from_dict(data, p.resolve().parent)
+    return spec_from_dict(data, p.resolve().parent, yaml_origins(text, sets or []))
