@@ -156,3 +156,30 @@ def test_incremental_matrix_equals_bm25s_own_index(method: str) -> None:
         order, got = ix.scores(q)
         assert order == keys
         np.testing.assert_allclose(got, ref.get_scores(q.split()), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["atire", "robertson", "lucene"])
+def test_bm25_k1_b_and_variant_come_from_the_spec(variant: str) -> None:
+    """retrieval.bm25 reaches the index: scores equal each variant's formula by hand with k1=1.2, b=0.5 (not the
+    defaults 1.5/0.75, so a spec that did not reach the index would score differently)."""
+    k1, b = 1.2, 0.5
+    spec = RetrievalSpec(fields=["body"], bm25={"k1": k1, "b": b, "variant": variant})
+    repo = SkillRepo.from_spec(SkillsSpec(), spec)
+    bodies = {"d1": "apple apple banana", "d2": "banana cherry", "d3": "cherry cherry cherry date"}
+    for name, body in bodies.items():
+        assert repo.new_skill_insert(name, md(name, "A test document here.", body)).ok
+    n, avgdl = 3, 3.0
+    idf = {  # df: apple 1, banana 2
+        "atire": lambda df: math.log(n / df),
+        "robertson": lambda df: math.log(max(1.0, (n - df + 0.5) / (df + 0.5))),  # floored at 0
+        "lucene": lambda df: math.log(1 + (n - df + 0.5) / (df + 0.5)),
+    }[variant]
+
+    def tfc(tf: float, dl: int) -> float:
+        part = tf / (tf + k1 * (1 - b + b * dl / avgdl))
+        return part * (k1 + 1) if variant == "atire" else part
+
+    got = {s.name: score for s, score in repo.retrieve_scored("apple banana", 5)}
+    want = {"d1": idf(1) * tfc(2, 3) + idf(2) * tfc(1, 3), "d2": idf(2) * tfc(1, 2)}
+    want = {k: v for k, v in want.items() if v > 0}  # robertson: banana (df 2 of 3) has idf 0
+    assert got == pytest.approx(want, rel=1e-5)

@@ -523,6 +523,7 @@ class SkillRepo:
         max_skills: int = 200,
         retrieval_fields: Iterable[str] = DEFAULT_FIELDS,
         top_k: int = 5,
+        bm25: Mapping[str, Any] | None = None,
     ):
         if max_content_chars < 1 or max_skills < 1 or top_k < 0:
             raise SkillError(
@@ -534,7 +535,9 @@ class SkillRepo:
         self.top_k = top_k
         self.retrieval_fields = tuple(retrieval_fields)
         self._skills: dict[str, Skill] = {}
-        self._index = BM25Index()
+        # bm25: {k1, b, variant} (retrieval.bm25 of the spec); None = bm25s's defaults
+        opts = dict(bm25 or {})
+        self._index = BM25Index(k1=opts.get("k1", 1.5), b=opts.get("b", 0.75), method=opts.get("variant", "lucene"))
         for s in skills:
             self.add(s)
 
@@ -548,6 +551,7 @@ class SkillRepo:
             max_skills=skills.max_skills,
             retrieval_fields=retrieval.fields,
             top_k=retrieval.top_k,
+            bm25=retrieval.bm25.model_dump(),
         )
         if skills.human_skills:
             p = Path(skills.human_skills)

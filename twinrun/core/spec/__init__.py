@@ -15,6 +15,7 @@ from twinrun.core.spec.policy import (
     ALFWORLD_TASK_TYPES,
     AlgorithmSpec,
     BatchSpec,
+    BM25Spec,
     ClipSpec,
     CuratorSpec,
     EnvironmentSpec,
@@ -32,7 +33,7 @@ from twinrun.core.spec.policy import (
 from twinrun.core.spec.sft import GoldPathSpec, SFTSpec
 
 __all__ = [
-    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "AlgorithmSpec", "Backend", "BatchSpec", "ClipSpec", "CuratorSpec",
+    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "AlgorithmSpec", "BM25Spec", "Backend", "BatchSpec", "ClipSpec", "CuratorSpec",
     "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec", "GoldPathSpec", "JudgeSpec", "KLSpec",
     "OptimizerSpec", "PromptsSpec", "ResourcesSpec", "RetrievalSpec", "RewardSpec", "SFTSpec", "SamplingSpec",
     "SkillsSpec", "SpecError", "apply_overrides", "load_spec", "spec_from_dict",

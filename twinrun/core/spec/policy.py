@@ -223,9 +223,21 @@ class ClipSpec(_Strict):
     dual_clip_c: float = Field(3.0, gt=1.0, description="verl cannot disable dual clip; TRL gets the same delta")
 
 
+class BM25Spec(_Strict):
+    """BM25 scoring (bm25s 0.3.16's formulas). The paper says only "BM25"; these are bm25s's defaults."""
+
+    k1: float = Field(1.5, ge=0.0, description="term-frequency saturation")
+    b: float = Field(0.75, ge=0.0, le=1.0, description="document-length normalisation")
+    variant: Literal["lucene", "robertson", "atire"] = Field(
+        "lucene", description="bm25s method (idf and tf formulas). robertson = the original Okapi with idf "
+        "floored at 0 (rank_bm25's BM25Okapi floors it at 0.25 x the mean idf instead)",
+    )
+
+
 class RetrievalSpec(_Strict):
     top_k: int = Field(5, ge=0)
     fields: list[Literal["name", "description", "body"]] = ["name", "description", "body"]
+    bm25: BM25Spec = BM25Spec()
 
 
 class SkillsSpec(_Strict):
