@@ -37,7 +37,8 @@ def test_origins_read_lines_trailing_and_preceding_comments():
     assert o.of("executor.kind").source == "spec line 4" and o.of("executor.kind").note == "a vLLM server"
     assert o.of("executor.temperature").note == "two lines of citation"
     assert o.of("executor.extra_body").note == "Qwen3 flag"
-    assert o.of("executor.extra_body.chat_template_kwargs.enable_thinking").source == "spec line 8"
+    inner = o.of("executor.extra_body.chat_template_kwargs.enable_thinking")
+    assert (inner.source, inner.note) == ("spec line 8", "Qwen3 flag")  # a one-line mapping shares its comment
     assert o.of("executor.url").note == ""  # a '#' inside a quoted value is not a comment
     assert o.of("retrieval.bm25.k1").source == "spec line 12"
     assert o.of("retrieval.bm25.b").source == "--set" and o.of("retrieval.bm25").source == "--set"

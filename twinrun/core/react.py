@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from twinrun.core.envs.base import GameRef, Observation, Step
 from twinrun.core.errors import InfrastructureError, TwinrunError
-from twinrun.core.records import EpisodeRecord
+from twinrun.core.records import EpisodeRecord, SamplingRecord
 
 # ------------------------------------------------------------------------------------------------------------
 # Prompt templates
@@ -203,6 +203,12 @@ class AsyncEnv(Protocol):
     async def aexpert_plan(self) -> list[str]: ...
 
 
+def _sampling_of(policy: Policy) -> SamplingRecord | None:
+    """The decoding every call of the episode carried, and what the server applied (policies that decode)."""
+    record = getattr(policy, "sampling_record", None)
+    return record() if record is not None else None
+
+
 def format_history(pairs: list[tuple[str, str]], start_index: int) -> str:
     """``[Observation k: '...', Action k: '...']`` lines for the kept (observation, action) pairs."""
     return "\n".join(
@@ -280,6 +286,7 @@ async def play_episode(
             retrieved_skills=list(skill_names or []),
             wall_s=round(time.perf_counter() - t0, 6),
             executor_settings_hash=settings_hash,
+            sampling=_sampling_of(policy) if state["calls"] else None,
         )
         return Episode(
             record=record, game=game, task=str(state["task"]), initial_observation=str(state["first"]), turns=turns,

@@ -221,6 +221,20 @@ class _Row(BaseModel):
     schema_version: int = SCHEMA_VERSION
 
 
+class SamplingRecord(BaseModel):
+    """An episode's executor decoding: what every request carried, and what the server applied.
+
+    sent: the request's fields besides model and messages (openai) or the generate() keyword arguments (hf).
+    effective: decoding field -> the value the server applied (a sent value, else the server's default for the
+    field); null where the server fills the field but does not report the value.
+    source: where `effective` comes from (e.g. the vLLM /server_info report, or "not reported")."""
+
+    model_config = ConfigDict(extra="forbid")
+    sent: dict[str, Any]
+    effective: dict[str, Any] = Field(default_factory=dict)
+    source: str = "not reported"
+
+
 class EpisodeRecord(_Row):
     """One executor episode (one game played at one position of a curation rollout, or in a sweep)."""
 
@@ -237,6 +251,7 @@ class EpisodeRecord(_Row):
     retrieved_skills: list[str] = Field(default_factory=list)
     wall_s: float = 0.0
     executor_settings_hash: str | None = None
+    sampling: SamplingRecord | None = None  # None: a scripted executor, or no executor call was made
 
 
 class StepMetrics(_Row):

@@ -5,6 +5,16 @@ subset that twinrun's executor and judge clients use; only the *model* behind it
 callable maps the request body to the assistant text. Latency and failures can be injected, so tests exercise
 the client's real timeout/retry/concurrency code paths.
 
+Decoding defaults behave as a vLLM server's (vllm ModelConfig.get_diff_sampling_param and the chat serving layer,
+written out here independently of twinrun's client): a request field left out takes the model's generation config
+(`model_generation_config`, the model's generation_config.json) under `generation_config="auto"`, or vLLM's own
+defaults under `"vllm"`, with `override_generation_config` on top; `max_new_tokens` there caps max_tokens.
+`applied` lists, per chat request, the decoding the server used, and `received` the request's fields besides
+model and messages. `/v1/models` says `owned_by: "vllm"`;
+`/server_info?config_format=json` (the engine config, with `model_config.generation_config` and
+`override_generation_config`) is served only with `dev_mode=True`, as vLLM serves it only under
+VLLM_SERVER_DEV_MODE=1.
+
     with LocalOpenAIServer(lambda req: "<think>x</think><action>look</action>", latency_s=0.05) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="x")
 """
@@ -19,6 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Responder = Callable[[dict[str, Any]], str]
+
+# vLLM's SamplingParams defaults, and the fields it takes from a generation config (plus max_new_tokens, a cap)
+_VLLM_SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+_FROM_GENERATION_CONFIG = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 
 
 class LocalOpenAIServer:
@@ -36,11 +50,23 @@ class LocalOpenAIServer:
         latency_s: float = 0.0,
         fail: Callable[[int, dict[str, Any]], int | None] | None = None,
         model: str = "local-test-model",
+        generation_config: str = "auto",
+        model_generation_config: dict[str, Any] | None = None,
+        override_generation_config: dict[str, Any] | None = None,
+        dev_mode: bool = False,
+        owned_by: str = "vllm",
     ):
         self.responder = responder
         self.latency_s = latency_s
         self.fail = fail
         self.model = model
+        self.generation_config = generation_config
+        self.model_generation_config = dict(model_generation_config or {})
+        self.override_generation_config = dict(override_generation_config or {})
+        self.dev_mode = dev_mode
+        self.owned_by = owned_by
+        self.applied: list[dict[str, Any]] = []
+        self.received: list[dict[str, Any]] = []  # per chat request: its fields besides model and messages
         self.calls = 0
         self.failures = 0
         self.in_flight = 0
@@ -48,6 +74,32 @@ class LocalOpenAIServer:
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    def default_sampling_params(self) -> dict[str, Any]:
+        """vLLM's get_diff_sampling_param: what the server applies to the fields a request leaves out."""
+        config = {} if self.generation_config == "vllm" else dict(self.model_generation_config)
+        config.update(self.override_generation_config)
+        diff = {k: config[k] for k in _FROM_GENERATION_CONFIG if config.get(k) is not None}
+        if "max_new_tokens" in diff:
+            diff["max_tokens"] = diff.pop("max_new_tokens")
+        return diff
+
+    def resolve(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The decoding a chat request runs with: its own fields, else the server's defaults."""
+        diff = self.default_sampling_params()
+        out = {k: req[k] if req.get(k) is not None else diff.get(k, default)
+               for k, default in _VLLM_SAMPLING_DEFAULTS.items()}
+        out["presence_penalty"] = req.get("presence_penalty") or 0.0
+        cap = diff.get("max_tokens")
+        want = req.get("max_tokens")
+        out["max_tokens"] = min(want, cap) if want is not None and cap is not None else (want or cap)
+        return out
+
+    def server_info(self) -> dict[str, Any]:
+        model_config = {"model": self.model, "served_model_name": self.model,
+                        "generation_config": self.generation_config,
+                        "override_generation_config": self.override_generation_config}
+        return {"vllm_config": {"model_config": model_config}, "vllm_env": {}, "system_env": {}}
 
     # -- lifecycle
     def start(self) -> LocalOpenAIServer:
@@ -71,8 +123,14 @@ class LocalOpenAIServer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:  # noqa: N802
-                if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+                path = self.path.split("?", 1)[0].rstrip("/")
+                if path.endswith("/models"):
+                    card = {"id": server.model, "object": "model", "created": int(time.time()),
+                            "owned_by": server.owned_by, "root": server.model, "parent": None,
+                            "max_model_len": 40960, "permission": []}
+                    self._send(200, {"object": "list", "data": [card]})
+                elif path == "/server_info" and server.dev_mode:
+                    self._send(200, server.server_info())
                 else:
                     self._send(404, {"error": {"message": "not found"}})
 
@@ -97,6 +155,9 @@ class LocalOpenAIServer:
                         self._send(status, {"error": {"message": f"injected failure {status}", "type": "server_error"}})
                         return
                     content = server.responder(req)
+                    with server._lock:
+                        server.applied.append(server.resolve(req))
+                        server.received.append({k: v for k, v in req.items() if k not in ("model", "messages")})
                     self._send(
                         200,
                         {

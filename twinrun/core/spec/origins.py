@@ -28,6 +28,11 @@ class SpecOrigins:
             return FieldOrigin("--set")
         if path in self.lines:
             line, note = self.lines[path]
+            parent = path
+            while not note and "." in parent:  # a key inside a one-line flow mapping: the line's comment
+                parent = parent.rsplit(".", 1)[0]
+                if self.lines.get(parent, (0, ""))[0] == line:
+                    note = self.lines[parent][1]
             return FieldOrigin(f"spec line {line}", note)
         inside = [p for p in self.lines if p.startswith(path + ".")]  # a mapping field written key by key
         if inside:

@@ -3,7 +3,7 @@ optimizer, sampling, KL, clip, retrieval, skills, prompts and resources."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -35,8 +35,21 @@ class CuratorSpec(_Strict):
         return self
 
 
+# Request fields the spec owns (a free `extra_body` must not set them: the spec would say one value and the request
+# carry another), and the decoding fields a spec may leave to the server.
+EXECUTOR_REQUEST_FIELDS = ("model", "messages", "stream", "n", "temperature", "top_p", "max_tokens",
+                           "max_completion_tokens", "top_k", "min_p", "presence_penalty", "repetition_penalty")
+SERVER_DECIDED_FIELDS = ("top_k", "min_p", "presence_penalty", "repetition_penalty")
+
+
 class ExecutorSpec(_Strict):
-    """The frozen executor that plays the games with retrieved skills."""
+    """The frozen executor that plays the games with retrieved skills.
+
+    Decoding: `temperature`, `top_p` and `max_tokens` are always sent. `top_k`, `min_p`, `presence_penalty` and
+    `repetition_penalty` are sent only when set: null leaves them to the server (vLLM fills them from the model's
+    generation_config.json under its default `--generation-config auto`; Qwen3-8B's says top_k 20), which is
+    what twinrun did before these fields existed. Every episode records what its requests carried and, where the
+    server reports it, what the server applied."""
 
     kind: Literal["scripted", "openai", "hf"]
     model: str | None = None
@@ -44,6 +57,20 @@ class ExecutorSpec(_Strict):
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the endpoint key")
     temperature: float = Field(0.4, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(
+        None, description="null = not sent (the server's default; vLLM: the model's generation_config.json); "
+        "0 or -1 = off (vLLM before 0.7 accepts only -1); k >= 1 keeps the k likeliest tokens",
+    )
+    min_p: float | None = Field(None, ge=0.0, le=1.0, description="null = not sent (the server's default)")
+    presence_penalty: float | None = Field(
+        None, ge=-2.0, le=2.0, description="null = not sent (0 on vLLM); openai endpoints only"
+    )
+    repetition_penalty: float | None = Field(None, gt=0.0, description="null = not sent (the server's default)")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra JSON fields of every executor request, e.g. chat_template_kwargs: {enable_thinking: "
+        "false} for Qwen3 on vLLM; kind=hf applies only chat_template_kwargs",
+    )
     max_tokens: int = Field(512, gt=0, description="tokens per executor turn")
     max_turns: int = Field(30, ge=1)
     history: int = Field(3, ge=0, description="(observation, action) pairs kept in the executor prompt")
@@ -55,12 +82,47 @@ class ExecutorSpec(_Strict):
         0.2, ge=0.0, le=1.0, description="abort a step when more episodes than this are unmeasured"
     )
 
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, v: int | None) -> int | None:
+        if v is not None and v < -1:
+            raise ValueError(f"{v} must be >= 1, 0 or -1 (off), or null (fix: null leaves it to the server)")
+        return v
+
     @model_validator(mode="after")
     def _needs_endpoint(self) -> ExecutorSpec:
         if self.kind == "openai" and not self.base_url:
             raise ValueError("executor.base_url: None is required when executor.kind=openai (fix: set the vLLM server URL)")
         if self.kind in ("openai", "hf") and not self.model:
             raise ValueError(f"executor.model: None is required when executor.kind={self.kind} (fix: name the model)")
+        return self
+
+    @model_validator(mode="after")
+    def _decoding_applies(self) -> ExecutorSpec:
+        clash = [k for k in self.extra_body if k in EXECUTOR_REQUEST_FIELDS]
+        if clash:
+            own = "max_tokens" if clash[0] == "max_completion_tokens" else clash[0]
+            fix = (f"set executor.{own} instead" if own in type(self).model_fields
+                   else "remove it: twinrun sets it on every request")
+            raise ValueError(f"executor.extra_body: key {clash[0]!r} is a field twinrun sets itself (fix: {fix})")
+        if self.kind == "scripted":
+            for name in (*SERVER_DECIDED_FIELDS, "extra_body"):
+                value = getattr(self, name)
+                if value not in (None, {}):
+                    raise ValueError(f"executor.{name}: {value!r} has no effect with executor.kind=scripted "
+                                     "(fix: remove it, or use an openai or hf executor)")
+        if self.kind == "hf":
+            if self.presence_penalty is not None:
+                raise ValueError(f"executor.presence_penalty: {self.presence_penalty} has no transformers equivalent "
+                                 "for executor.kind=hf (fix: null, or use an openai executor)")
+            other = [k for k in self.extra_body if k != "chat_template_kwargs"]
+            if other:
+                raise ValueError(f"executor.extra_body: key {other[0]!r} has no meaning for executor.kind=hf "
+                                 "(fix: only chat_template_kwargs applies to local generation)")
+        kwargs = self.extra_body.get("chat_template_kwargs")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise ValueError(f"executor.extra_body.chat_template_kwargs: {kwargs!r} is not a mapping "
+                             "(fix: e.g. {enable_thinking: false})")
         return self
 
 
