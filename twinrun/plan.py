@@ -147,8 +147,12 @@ def executor_calls_at_most(spec: ExperimentSpec, episodes: int) -> int:
     return episodes * spec.executor.max_turns
 
 
+ABSENT = "(absent)"  # a key of a free mapping (extra_body, overrides) that one spec has and the other has not
+
+
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
+    """Dotted path -> leaf value; mappings are walked, so an empty one contributes nothing."""
+    if isinstance(data, dict):
         out: dict[str, Any] = {}
         for k, v in data.items():
             out.update(_flat(v, f"{prefix}{k}."))
@@ -167,8 +171,8 @@ def against(spec: ExperimentSpec, other: ExperimentSpec, backends: list[str]) ->
     mine, theirs = _flat(spec.model_dump(mode="json")), _flat(other.model_dump(mode="json"))
     skip = {"name"}
     differences = [
-        {"name": k, "this": mine.get(k), "other": theirs.get(k), "source": spec.origin(k).source}
-        for k in sorted(set(mine) | set(theirs)) if k not in skip and mine.get(k) != theirs.get(k)
+        {"name": k, "this": mine.get(k, ABSENT), "other": theirs.get(k, ABSENT), "source": spec.origin(k).source}
+        for k in sorted(set(mine) | set(theirs)) if k not in skip and mine.get(k, ABSENT) != theirs.get(k, ABSENT)
     ]
     return {"spec": {"name": other.name, "hash": other.spec_hash()}, "counts": counts, "differences": differences}
 

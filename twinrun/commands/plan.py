@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from twinrun.cliutil import SetOption, print_json, spec_from_cli
@@ -70,7 +71,7 @@ def _print(result: dict) -> None:
     for col in ["knob", "value", "source", "note"]:
         r.add_column(col, overflow="fold")
     for row in result["rollout_knobs"]:
-        r.add_row(row["name"], _show(row["value"]), row["source"], row["note"])
+        r.add_row(row["name"], _show(row["value"]), row["source"], escape(row["note"]))
     console.print(r)
     for n in names:
         console.print(f"[bold]{n} native config[/] (every value pinned):")
@@ -81,7 +82,7 @@ def _print(result: dict) -> None:
 
 
 def _show(value: object) -> str:
-    return "null" if value is None else str(value)
+    return "null" if value is None else escape(str(value))
 
 
 def _print_against(console: Console, name: str, against: dict) -> None:
