@@ -322,9 +322,22 @@ def guard_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool) -> None:
         return
     if not paths.spec.exists():
         raise RecordError(f"--resume: {str(root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
-    if paths.spec.read_text(encoding="utf-8") != spec_yaml:
+    if _trained_part(paths.spec.read_text(encoding="utf-8")) != _trained_part(spec_yaml):
         raise RecordError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
                           "and --set overrides, or start a new --out)")
+
+
+def _trained_part(spec_yaml: str) -> Any:
+    """A spec's text less the sections that say where results are shown (a resume may change its tracker)."""
+    import yaml
+
+    from twinrun.core.spec.experiment import UNHASHED_SECTIONS
+
+    data = yaml.safe_load(spec_yaml)
+    if isinstance(data, dict):
+        for k in UNHASHED_SECTIONS:
+            data.pop(k, None)
+    return data
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -31,10 +31,11 @@ from twinrun.core.spec.policy import (
     SkillsSpec,
 )
 from twinrun.core.spec.sft import GoldPathSpec, SFTSpec
+from twinrun.core.spec.tracking import TrackingSpec
 
 __all__ = [
     "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "AlgorithmSpec", "BM25Spec", "Backend", "BatchSpec", "ClipSpec", "CuratorSpec",
     "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec", "GoldPathSpec", "JudgeSpec", "KLSpec",
     "OptimizerSpec", "PromptsSpec", "ResourcesSpec", "RetrievalSpec", "RewardSpec", "SFTSpec", "SamplingSpec",
-    "SkillsSpec", "SpecError", "apply_overrides", "load_spec", "spec_from_dict",
+    "SkillsSpec", "SpecError", "TrackingSpec", "apply_overrides", "load_spec", "spec_from_dict",
 ]

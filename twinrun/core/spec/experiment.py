@@ -16,6 +16,11 @@ from twinrun.core.spec.policy import (
     OptimizerSpec, PromptsSpec, ResourcesSpec, RetrievalSpec, RewardSpec, SamplingSpec, SkillsSpec,
 )
 from twinrun.core.spec.sft import SFTSpec
+from twinrun.core.spec.tracking import TrackingSpec
+
+
+# sections that say where results are shown, not what is trained: outside the spec hash and the resume check
+UNHASHED_SECTIONS = ("tracking",)
 
 
 class ExperimentSpec(_Strict):
@@ -42,6 +47,7 @@ class ExperimentSpec(_Strict):
     prompts: PromptsSpec
     sft: SFTSpec = SFTSpec()
     resources: ResourcesSpec = ResourcesSpec()
+    tracking: TrackingSpec = Field(TrackingSpec(), description="where runs are shown (not part of the spec hash)")
     overrides: dict[Backend, dict[str, Any]] = Field(
         default_factory=dict,
         description="raw framework knobs applied after compilation (escape hatch; plan re-derives counts from them)",
@@ -97,8 +103,10 @@ class ExperimentSpec(_Strict):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
     def spec_hash(self) -> str:
-        """sha256 (first 16 hex) of the canonical spec; carried in every record as provenance."""
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+        """sha256 (first 16 hex) of the canonical spec less its ``tracking`` section (where runs are shown is not
+        what is trained: a run keeps its hash when it gains a dashboard); carried in every record."""
+        body = self.model_dump(mode="json", exclude=set(UNHASHED_SECTIONS))
+        return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
     def episodes_per_rollout(self) -> int:
         return self.environment.group_size
