@@ -179,6 +179,42 @@ def read_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict[str, 
         yield row
 
 
+class JsonlTail:
+    """Rows that another process appends to a JSONL file, read as they complete: each call returns the rows
+    completed since the last call (a line still being written waits for its newline)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._offset = 0
+        self._line = 0
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < self._offset:  # the writer started the file again
+                    self._offset = self._line = 0
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self._offset += end + 1
+        rows = []
+        for line in chunk[: end + 1].decode("utf-8").splitlines():
+            self._line += 1
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RecordError(f"{self.path}:{self._line}: not JSON ({e.msg})") from None
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Provenance
 

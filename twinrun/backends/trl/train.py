@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ def train(
     from twinrun.core.curation import CurationRuntime
     from twinrun.core.records import RunPaths, provenance
     from twinrun.core.rewards import token_counter
+    from twinrun.core.tracking import step_reporter
     from twinrun.warmstart import final_tool_result, resolve_curator_model
 
     t_start = time.perf_counter()
@@ -69,6 +71,7 @@ def train(
     open_run_dir(paths, spec_yaml=spec_yaml, resume=resume)
 
     resume_from: Path | None = None
+    done = 0  # steps already complete (a resume continues after them)
     if resume:
         last = last_complete_checkpoint(paths, updates_per_step)
         done = last[0] if last else 0
@@ -79,45 +82,56 @@ def train(
             return {"steps": done, "checkpoints": _checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
         log(f"trl: resuming {paths.root} after step {done}" if last else f"trl: no complete checkpoint in {paths.root}; starting at step 1")
 
-    environ = dict(os.environ)
-    model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
+    is_main = PartialState().is_main_process
+    with ExitStack() as closing:
+        # the tracker opens first, so a missing or unreachable one is said before the long work starts
+        reporter = step_reporter(spec, "trl", paths.root, log=log, enabled=is_main,
+                                 resume_after=done if resume else None)
+        closing.callback(reporter.close)
+        environ = dict(os.environ)
+        model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
 
-    kwargs["output_dir"] = str(paths.root / TRL_DIR)
-    kwargs.setdefault("save_total_limit", None)
-    kwargs.setdefault("log_completions", False)
-    config = GRPOConfig(**kwargs)
-    resolved = config.to_dict()
-    # the curator's identity (a local folder by its name: the warm start's name carries its content key)
-    resolved["twinrun_curator_model"] = Path(model_path).name if Path(model_path).is_dir() else str(model_path)
-    check_resolved_config(paths, resolved, resume=resume)
+        kwargs["output_dir"] = str(paths.root / TRL_DIR)
+        kwargs.setdefault("save_total_limit", None)
+        kwargs.setdefault("log_completions", False)
+        config = GRPOConfig(**kwargs)
+        resolved = config.to_dict()
+        # the curator's identity (a local folder by its name: the warm start's name carries its content key)
+        resolved["twinrun_curator_model"] = Path(model_path).name if Path(model_path).is_dir() else str(model_path)
+        check_resolved_config(paths, resolved, resume=resume)
 
-    prov = provenance(spec_hash=spec.spec_hash(), run_id=paths.root.name, backend="trl",
-                      framework_version=trl.__version__, seed=spec.seed)
-    runtime = CurationRuntime.from_spec(spec, data_root=data_root, environ=environ,
-                                        count_tokens=token_counter(tokenizer), provenance=prov)
-    check_tool_surface()
-    try:
+        prov = provenance(spec_hash=spec.spec_hash(), run_id=paths.root.name, backend="trl",
+                          framework_version=trl.__version__, seed=spec.seed)
+        runtime = CurationRuntime.from_spec(spec, data_root=data_root, environ=environ,
+                                            count_tokens=token_counter(tokenizer), provenance=prov)
+        closing.callback(runtime.close)
+        check_tool_surface()
         broker = SessionBroker(runtime, final_result=final_tool_result(spec.environment.group_size))
         prompt = [{"role": "system", "content": runtime.curator_system_prompt}, {"role": "user", "content": ""}]
         rows = [dataset_row(g, prompt) for step in range(spec.steps) for g in runtime.sampler.step_groups(step)]  # type: ignore[union-attr]
         dataset = Dataset.from_list(rows)
 
-        is_main = PartialState().is_main_process
         recorder = RunRecorder(paths, updates_per_step=updates_per_step, provenance=prov.model_copy(
             update={"executor_settings_hash": runtime.executor.settings_hash}), is_main=is_main)
+        closing.callback(recorder.close)
+        step_logs: list[dict[str, Any]] = []  # TRL's own logs of the step being trained (its updates)
 
         class RunFolderCallback(TrainerCallback):
-            """Neutral metrics after each step's last update; HF checkpoint export after each TRL save."""
+            """Neutral metrics (file, console, tracker) after each step's last update; HF checkpoint export after
+            each TRL save."""
 
             def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
-                if logs is not None:
-                    row = recorder.on_log(state.global_step, logs)
-                    if row is not None and is_main:
-                        log(f"trl: step {row.step}/{spec.steps} reward {_fmt(row.reward_mean)} "
-                            f"r_task {_fmt(row.r_task_measured_mean)} tool calls {row.tool_calls} "
-                            f"episodes {row.executor_episodes} ({row.wall_s.get('step', 0):.1f}s)")
+                if logs is None:
+                    return
+                row = recorder.on_log(state.global_step, logs)
+                if "train_runtime" not in logs:
+                    step_logs.append(logs)
+                if row is not None:
+                    if is_main:
+                        reporter.step(row, native=step_logs)
+                    step_logs.clear()
 
             def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
                 if not is_main or state.global_step % updates_per_step:
@@ -139,12 +153,7 @@ def train(
             on_batch=recorder.on_batch,
             max_unmeasured_share=spec.executor.max_unmeasured_share,
         )
-        try:
-            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-        finally:
-            recorder.close()
-    finally:
-        runtime.close()
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     wall = time.perf_counter() - t_start
     steps = _checkpoint_steps(paths)
     return {"steps": spec.steps, "checkpoints": steps, "wall_s": round(wall, 3),
@@ -156,10 +165,6 @@ def _checkpoint_steps(paths: Any) -> list[int]:
     if not root.is_dir():
         return []
     return sorted(int(d.name.split("-")[1]) for d in root.glob("step-*") if (d / "config.json").is_file())
-
-
-def _fmt(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.3f}"
 
 
 __all__ = ["train", "TwinrunError"]

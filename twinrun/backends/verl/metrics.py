@@ -38,7 +38,7 @@ VERL_TIMINGS = {
     "rollout": "timing_s/gen",
     "old_log_prob": "timing_s/old_log_prob",
     "ref": "timing_s/ref",
-    "advantage": "timing_s/adv",
+    "advantages": "timing_s/adv",  # the TRL backend's name for the same phase
     "update": "timing_s/update_actor",
     "weight_sync": "timing_s/update_weights",
     "checkpoint": "timing_s/save_checkpoint",

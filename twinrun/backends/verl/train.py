@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,15 @@ from twinrun.backends.verl.checkpoints import is_complete, merge_to_hf
 from twinrun.backends.verl.compile import compile_spec
 from twinrun.backends.verl.metrics import write_step_metrics
 from twinrun.backends.verl.names import AGENT_LOOP_CLASS, AGENT_LOOP_NAME, CHECKPOINT_CALLBACK, MANAGER_CLASS, RUN_DIR_KEY
+from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
+from twinrun.core.tracking import step_reporter
 
 R = vconfig.R
 CONFIG_VERSION = 1
 RESOLVED_CONFIG = "resolved_config.json"  # the TRL backend's name (twinrun/backends/trl/records.py)
+POLL_S = 2.0  # how often the parent reads the child's step log (live progress)
 
 
 @dataclass(frozen=True)
@@ -107,10 +111,19 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     attempt = len(dirs.attempt_logs())
     overrides["trainer.resume_mode"] = "auto" if resume else "disable"
     run_log = dirs.logs / f"verl.attempt-{attempt:03d}.log"
-    log(f"verl: training {spec.name} into {paths.root}" + (f" (resuming after step {done})" if resume else "")
-        + f"; verl's output: {run_log}")
-    rc = launch(overrides, cwd=dirs.verl, env=_child_env(spec, dirs.metrics_log(attempt)), log_path=run_log)
-    write_step_metrics(spec, paths, dirs.attempt_logs(), compile_spec(spec))
+    compiled = compile_spec(spec)
+    reporter = step_reporter(spec, "verl", paths.root, log=log, resume_after=done if resume else None)
+    try:
+        log(f"verl: training {spec.name} into {paths.root}" + (f" (resuming after step {done})" if resume else "")
+            + f"; verl's output: {run_log}")
+        progress = VerlProgress(spec, paths, dirs.metrics_log(attempt), reporter,
+                                optimizer_updates=int(compiled.counts["optimizer_updates"]), keep_steps=done)
+        rc = launch(overrides, cwd=dirs.verl, env=_child_env(spec, dirs.metrics_log(attempt)), log_path=run_log,
+                    on_poll=progress.poll)
+        progress.poll()  # the last step, if verl wrote it after the last poll
+        write_step_metrics(spec, paths, dirs.attempt_logs(), compiled)
+    finally:
+        reporter.close()
     if rc != 0:
         infra = _infrastructure_failure(run_log)
         if infra:  # the estimator's executor.max_unmeasured_share check (or an endpoint) aborted the step
@@ -291,16 +304,35 @@ def _child_env(spec: Any, metrics_log: Path) -> dict[str, str]:
     return env
 
 
-def launch(overrides: dict[str, Any], *, cwd: Path, env: dict[str, str], log_path: Path) -> int:
-    """Run verl's trainer entry point in a child process; stdout+stderr go to log_path. Returns the exit code."""
+def launch(overrides: dict[str, Any], *, cwd: Path, env: dict[str, str], log_path: Path,
+           on_poll: Callable[[], Any] | None = None, poll_s: float = POLL_S) -> int:
+    """Run verl's trainer entry point in a child process; stdout+stderr go to log_path. `on_poll` is called
+    every `poll_s` seconds while the child runs (live progress). Returns the exit code; an interrupt (or any
+    error here) kills the child."""
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *vconfig.override_strings(overrides),
            "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    return run_child(cmd, cwd=cwd, env=env, log_path=log_path, on_poll=on_poll, poll_s=poll_s)
+
+
+def run_child(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
+              on_poll: Callable[[], Any] | None = None, poll_s: float = POLL_S) -> int:
+    """`cmd` in a child process, its output appended to log_path, `on_poll` called while it runs."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
-        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
-    return proc.returncode
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while True:
+                try:
+                    return proc.wait(timeout=poll_s)
+                except subprocess.TimeoutExpired:
+                    if on_poll is not None:
+                        on_poll()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,151 @@
+"""Read back what a tracker wrote locally, for tests: tensorboard event files (tensorboard's own reader) and
+wandb offline runs (the ``run-*.wandb`` transaction log).
+
+wandb 0.31 ships no Python reader for its offline log (its Go core writes and syncs it). The format is the
+LevelDB log format under a 7-byte W&B header: 32 KiB blocks of records ``crc32c(4) length(2 LE) type(1) data``,
+a record split across blocks as FIRST/MIDDLE/LAST pieces; each whole record is one protobuf
+``wandb.proto.wandb_internal_pb2.Record``. This reader checks the header and the record types, not the CRCs.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+_WANDB_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
+_BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def tensorboard_scalars(logdir: str | Path) -> dict[str, dict[int, float]]:
+    """tag -> {step: value} of every scalar in the event files under `logdir` (tensorboard's EventAccumulator,
+    which honours purge events as tensorboard does)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def tensorboard_tags(logdir: str | Path) -> dict[str, list[str]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
+    acc.Reload()
+    return acc.Tags()
+
+
+def wandb_records(path: str | Path) -> list[Any]:
+    """Every record of one ``run-*.wandb`` file, in order."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = Path(path).read_bytes()
+    if not data.startswith(_WANDB_HEADER):
+        raise ValueError(f"{path}: not a wandb transaction log (header {data[:7]!r})")
+    out: list[Any] = []
+    pos = len(_WANDB_HEADER)
+    pending = b""
+    while pos + 7 <= len(data):
+        left_in_block = _BLOCK - pos % _BLOCK
+        if left_in_block < 7:  # block trailer: zero padding
+            pos += left_in_block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:
+            pos += left_in_block
+            continue
+        piece = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == _FULL:
+            pending = piece
+        elif kind == _FIRST:
+            pending = piece
+            continue
+        elif kind == _MIDDLE:
+            pending += piece
+            continue
+        elif kind == _LAST:
+            pending += piece
+        else:
+            raise ValueError(f"{path}: unknown record type {kind} at byte {pos}")
+        rec = pb.Record()
+        rec.ParseFromString(pending)
+        out.append(rec)
+    return out
+
+
+def wandb_offline_run(run_dir: str | Path) -> dict[str, Any]:
+    """The run's identity and its history from one offline run folder (``offline-run-*``): ``run`` (id,
+    project, group, job type, name, tags), ``history`` {metric: {step: value}}, ``other`` {key: [values]} (media,
+    tables) and ``summary``."""
+    run_dir = Path(run_dir)
+    (log,) = sorted(run_dir.glob("run-*.wandb"))
+    info: dict[str, Any] = {}
+    history: dict[str, dict[int, float]] = defaultdict(dict)
+    other: dict[str, list[Any]] = defaultdict(list)
+    summary: dict[str, Any] = {}
+    for rec in wandb_records(log):
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            r = rec.run
+            info = {"id": r.run_id, "project": r.project, "group": r.run_group, "job_type": r.job_type,
+                    "name": r.display_name, "tags": list(r.tags)}
+        elif kind == "history":
+            items = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item}
+            step = int(items.pop("_step"))
+            for k, v in items.items():
+                if k.startswith("_"):
+                    continue
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    history[k][step] = float(v)
+                else:
+                    other[k].append(v)
+        elif kind == "summary":
+            for i in rec.summary.update:
+                summary[i.key or "/".join(i.nested_key)] = json.loads(i.value_json)
+    return {"run": info, "history": dict(history), "other": dict(other), "summary": summary}
+
+
+def metrics_row_numbers(row: dict[str, Any]) -> dict[str, float]:
+    """Every number of one metrics.jsonl row by its path (``a/b`` for nested), written out here on its own so a
+    test does not check the tracker code against itself."""
+    out: dict[str, float] = {}
+    for k, v in row.items():
+        if k in ("kind", "schema_version", "step", "backend", "provenance"):
+            continue
+        if isinstance(v, dict):
+            out.update({f"{k}/{kk}": float(vv) for kk, vv in v.items()
+                        if isinstance(vv, (int, float)) and not isinstance(vv, bool)})
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+    return out
+
+
+def check_tracker_matches_metrics(series: dict[str, dict[int, float]], rows: list[dict[str, Any]], *,
+                                  native_prefix: str) -> set[str]:
+    """Assert that a tracker's scalar series (name -> {step: value}) hold exactly the rows' numbers at the rows'
+    steps (float32 precision: tensorboard stores float32) plus the framework's own metrics under
+    `native_prefix`, and nothing else. Returns the neutral names."""
+    import math
+
+    neutral = {k: v for k, v in series.items() if not k.startswith(native_prefix)}
+    native = set(series) - set(neutral)
+    want = set()
+    for row in rows:
+        for name, value in metrics_row_numbers(row).items():
+            want.add(name)
+            assert name in series, f"{name} of metrics.jsonl step {row['step']} is not in the tracker"
+            got = series[name].get(int(row["step"]))
+            assert got is not None, f"{name}: no value at step {row['step']} (tracker has {sorted(series[name])})"
+            assert math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-6 * max(1.0, abs(value))) or math.isclose(
+                got, float(_f32(value)), rel_tol=1e-9, abs_tol=1e-12), f"{name} step {row['step']}: {got} != {value}"
+    assert set(neutral) == want, f"tracker-only names {sorted(set(neutral) - want)}, missing {sorted(want - set(neutral))}"
+    assert native, f"no {native_prefix} metric in the tracker"
+    return want
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
