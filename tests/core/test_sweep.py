@@ -267,9 +267,11 @@ def test_cli_sweep_then_compare_writes_the_report(tmp_path: Path, smoke_spec_pat
                                 provenance=provenance(backend="trl")))
     out = tmp_path / "sweep"
     runner = CliRunner()
+    tb = tmp_path / "tb"
     res = runner.invoke(app, ["sweep", f"trl={run_dir}", "--spec", str(smoke_spec_path), "--out", str(out),
                               "--games", "2", "--workers", "0", "--curator", "no-ops", "--no-progress",
-                              "--set", "executor.max_turns=3", "--json"])
+                              "--set", "executor.max_turns=3", "--set", "tracking.backend=tensorboard",
+                              "--set", f"tracking.dir={tb}", "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert set(summary["arms"]) == {"baseline", "trl@2", "trl@4"}
@@ -278,6 +280,26 @@ def test_cli_sweep_then_compare_writes_the_report(tmp_path: Path, smoke_spec_pat
     assert res.exit_code == 0, res.output
     text = (rep / "report.md").read_text()
     assert "figures/training_dynamics.png" in text and "trl@4" in text
+
+    # issue 18: the sweep's tracker run holds each checkpoint's success rate and paired lift (counted here from
+    # the arm files), and compare added its verdict table, lift table and figures to that run
+    from twinrun.testing.tracker_files import tensorboard_scalars, tensorboard_tags
+
+    plan = sw.load_plan(out)
+    (logdir,) = (tb / "twinrun" / "smoke-cpu").iterdir()
+    assert logdir.name == f"smoke-cpu-sweep-{plan.sweep_id[:8]}"
+    scalars = tensorboard_scalars(logdir)
+    base = {r["game_index"]: r["outcome"] == "success" for r in read_rows(out / "arms" / "baseline.jsonl")}
+    for step in (2, 4):
+        rows = read_rows(out / "arms" / f"trl@{step}.jsonl")
+        wins = {r["game_index"]: r["outcome"] == "success" for r in rows}
+        assert scalars["sweep/trl/success_rate"][step] == pytest.approx(sum(wins.values()) / len(wins))
+        assert scalars["sweep/trl/lift"][step] == pytest.approx(
+            (sum(wins.values()) - sum(base.values())) / len(base), abs=1e-6)
+    tags = tensorboard_tags(logdir)
+    assert {"sweep/arms/text_summary", "compare/verdicts/text_summary", "compare/lifts/text_summary",
+            "compare/report/text_summary"} <= set(tags["tensors"])
+    assert {"compare/lift_curves", "compare/training_dynamics"} <= set(tags["images"])
     bad = runner.invoke(app, ["sweep", str(run_dir), "--spec", str(smoke_spec_path), "--out", str(out),
                               "--curator", "oracle"])
     assert bad.exit_code != 0

@@ -28,6 +28,8 @@ def compare_cmd(
     metrics: list[str] = typer.Option([], "--metrics", help="LABEL=PATH of a run's metrics.jsonl for the "
                                       "training-dynamics figure (repeatable; with --out; the runs of sweep "
                                       "folders are found on their own)"),
+    track: bool = typer.Option(True, "--track/--no-track", help="upload the verdict table and (with --out) the "
+                               "figures to the tracker of a tracked sweep (its tracking.json)"),
 ) -> None:
     """Compare checkpoint arms with the same-sweep baseline; say whether runs' curves share a shape."""
     from twinrun.cliutil import print_json
@@ -44,6 +46,12 @@ def compare_cmd(
         runs_metrics = {k: str(v) for k, v in metrics_for_sweeps(inputs).items()}
         runs_metrics.update(_parse_metrics(metrics))
         report_path = write_report(result, out, metrics=runs_metrics)
+    if track:
+        from twinrun.core.track_results import log_comparison, tracked_sweep
+
+        sweep_dir = tracked_sweep(inputs)
+        if sweep_dir is not None:  # progress lines go to stderr: --json keeps stdout for the result
+            log_comparison(result, out, sweep_dir, log=lambda line: typer.echo(line, err=True))
     if as_json:
         print_json(result)
         return

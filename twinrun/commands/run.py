@@ -77,12 +77,20 @@ def run(
         policy_factory=lambda arm, s: sw.hf_policy_factory(arm, s, cache_dir=cache_dir(cache)),
     )
     timings["sweep"] = time.time() - t0
+    from twinrun.core.track_results import log_comparison, log_sweep
+
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False)
+
+    log_sweep(spec, sweep_dir, log=say)
 
     console.rule("compare and report")
     t0 = time.time()
     comparison = cmp.compare([sweep_dir], "baseline", cmp.CompareSettings())
     report_path = rep.write_report(comparison, out / "report", metrics={b: d / "metrics.jsonl" for b, d in run_dirs.items()},
                                    title=f"twinrun: {spec.name}")
+    if spec.tracking.backend != "none":
+        log_comparison(comparison, out / "report", sweep_dir, log=say)
     timings["compare+report"] = time.time() - t0
 
     console.rule("summary")

@@ -75,6 +75,9 @@ def sweep_cmd(
         replicate_checkpoints=run_reps, policy_factory=factory, workers=workers, ray_address=ray,
         ray_num_cpus=ray_cpus, progress=progress and not as_json,
     )
+    from twinrun.core.track_results import log_sweep
+
+    log_sweep(spec, out, log=lambda line: typer.echo(line, err=as_json))
     if as_json:
         print_json(result.summary())
         return
