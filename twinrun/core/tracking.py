@@ -392,7 +392,8 @@ def _open_mlflow(tracking: Any, run: TrackedRun, local: Path, state: dict[str, A
                  resume_after: int | None) -> tuple[Tracker, dict[str, Any]]:
     from mlflow.tracking import MlflowClient
 
-    uri = tracking.uri or (local / "mlruns").as_uri()
+    local.mkdir(parents=True, exist_ok=True)
+    uri = tracking.uri or f"sqlite:///{local / 'mlflow.db'}"  # mlflow 3 keeps its file store read-only
     client = MlflowClient(tracking_uri=uri)
     run_id = state.get("run_id")
     if run_id:
