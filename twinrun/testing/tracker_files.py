@@ -22,12 +22,19 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 def tensorboard_scalars(logdir: str | Path) -> dict[str, dict[int, float]]:
     """tag -> {step: value} of every scalar in the event files under `logdir` (tensorboard's EventAccumulator,
-    which honours purge events as tensorboard does)."""
+    which honours purge events as tensorboard does); a step logged twice (not purged) is an error."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
     acc.Reload()
-    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+    out: dict[str, dict[int, float]] = {}
+    for tag in acc.Tags()["scalars"]:
+        events = acc.Scalars(tag)
+        steps = [e.step for e in events]
+        if len(set(steps)) != len(steps):  # tensorboard would draw both points of a step logged twice
+            raise ValueError(f"{logdir}: {tag} has steps logged twice: {sorted(steps)}")
+        out[tag] = {e.step: e.value for e in events}
+    return out
 
 
 def tensorboard_tags(logdir: str | Path) -> dict[str, list[str]]:
