@@ -15,8 +15,9 @@ pytest.importorskip("trl")
 
 from twinrun.core.errors import TwinrunError
 from twinrun.core.records import RunPaths, StepMetrics, read_jsonl
-from twinrun.core.spec import TrackingSpec, load_spec
-from twinrun.testing.tracker_files import check_tracker_matches_metrics, tensorboard_scalars
+from twinrun.core.spec import load_spec
+from twinrun.testing.tracker_files import (TEST_PROJECT, check_tracker_matches_metrics, check_wandb_training_run,
+                                           tensorboard_scalars, tracked)
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld]
 
@@ -35,13 +36,11 @@ def console():
 def smoke_run(smoke, cache_dir, alfworld_data, tmp_path_factory, console):
     """The smoke arm, tracked in wandb offline mode (issue 18)."""
     from twinrun.backends.trl.train import train
-    from twinrun.core.spec import TrackingSpec
 
     root = tmp_path_factory.mktemp("runs")
     out = root / "smoke"
-    tracked = smoke.model_copy(update={"tracking": TrackingSpec(backend="wandb", offline=True, project="twinrun-test",
-                                                                dir=str(root / "tracking"))})
-    summary = train(tracked, out, resume=False, cache_dir=cache_dir, data_root=alfworld_data, log=console.append)
+    summary = train(tracked(smoke, "wandb", root / "tracking"), out, resume=False, cache_dir=cache_dir,
+                    data_root=alfworld_data, log=console.append)
     return out, summary
 
 
@@ -126,13 +125,13 @@ def test_resume_continues_from_the_last_complete_checkpoint(smoke, smoke_run, ca
     shutil.rmtree(paths.checkpoint(last))
     shutil.rmtree(out / "trl" / f"checkpoint-{last}")
     # the resumed run reports to tensorboard instead (a resume may change the tracker, not the training)
-    tracked = smoke.model_copy(update={"tracking": TrackingSpec(backend="tensorboard", dir=str(tmp_path / "tb"))})
-    summary = train(tracked, out, resume=True, cache_dir=cache_dir, data_root=alfworld_data)
+    summary = train(tracked(smoke, "tensorboard", tmp_path / "tb"), out, resume=True, cache_dir=cache_dir,
+                    data_root=alfworld_data)
     assert summary["resumed_from"] == last - 1
     rows = list(read_jsonl(paths.metrics))
     assert [r["step"] for r in rows] == list(range(1, last + 1))  # step `last` re-run once, not duplicated
     # the re-run step's tensorboard scalars are its metrics.jsonl row, and TRL's own metrics under trl/
-    logdir = tmp_path / "tb" / "twinrun" / smoke.name / f"{smoke.name}-trl-seed{smoke.seed}"
+    logdir = tmp_path / "tb" / TEST_PROJECT / smoke.name / f"{smoke.name}-trl-seed{smoke.seed}"
     check_tracker_matches_metrics(tensorboard_scalars(logdir), rows[-1:], native_prefix="trl/")
     assert (paths.checkpoint(last) / "config.json").is_file()
     assert len(list(read_jsonl(paths.rollouts))) == len(list(read_jsonl(RunPaths(src).rollouts)))
@@ -143,15 +142,9 @@ def test_resume_continues_from_the_last_complete_checkpoint(smoke, smoke_run, ca
 def test_wandb_offline_run_holds_the_metrics_and_the_console_shows_each_step(smoke, smoke_run, console):
     """Issue 18: the tracker gets metrics.jsonl's names and values (and TRL's own under trl/), in a run grouped by
     the arm and tagged with backend, seed and spec hash; the console has one line per step."""
-    from twinrun.testing.tracker_files import wandb_offline_run
-
     out, _ = smoke_run
     rows = list(read_jsonl(RunPaths(out).metrics))
-    (run_dir,) = sorted((out.parent / "tracking" / "wandb").glob("offline-run-*"))
-    got = wandb_offline_run(run_dir)
-    assert got["run"]["project"] == "twinrun-test" and got["run"]["group"] == smoke.name
-    assert set(got["run"]["tags"]) == {"backend:trl", f"seed:{smoke.seed}", f"spec:{smoke.spec_hash()}"}
-    check_tracker_matches_metrics(got["history"], rows, native_prefix="trl/")
+    check_wandb_training_run(out.parent / "tracking", smoke, "trl", rows)
     lines = [x for x in console if x.startswith("trl: step ")]
     assert [x.split()[2] for x in lines] == [f"{r['step']}/{smoke.steps}" for r in rows]
     assert f"episodes {rows[0]['executor_episodes']}" in lines[0]

@@ -18,8 +18,9 @@ pytest.importorskip("ray")
 
 from twinrun.core.errors import TwinrunError  # noqa: E402
 from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
-from twinrun.core.spec import TrackingSpec, load_spec  # noqa: E402
-from twinrun.testing.tracker_files import check_tracker_matches_metrics, tensorboard_scalars  # noqa: E402
+from twinrun.core.spec import load_spec  # noqa: E402
+from twinrun.testing.tracker_files import (TEST_PROJECT, check_tracker_matches_metrics, check_wandb_training_run,
+                                           tensorboard_scalars, tracked)  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld]
 
@@ -46,13 +47,10 @@ def _verl_child_running() -> bool:
 def smoke_run(smoke, cache_dir, alfworld_data, tmp_path_factory, console):
     """The smoke arm, tracked in wandb offline mode (issue 18), its console lines recorded."""
     from twinrun.backends.verl.train import train
-    from twinrun.core.spec import TrackingSpec
 
     root = tmp_path_factory.mktemp("runs")
     out = root / "smoke-verl"
-    tracked = smoke.model_copy(update={"tracking": TrackingSpec(backend="wandb", offline=True, project="twinrun-test",
-                                                                dir=str(root / "tracking"))})
-    summary = train(tracked, out, resume=False, cache_dir=cache_dir,
+    summary = train(tracked(smoke, "wandb", root / "tracking"), out, resume=False, cache_dir=cache_dir,
                     log=lambda line: console.append((line, _verl_child_running())))
     return out, summary
 
@@ -120,15 +118,9 @@ def test_wandb_offline_run_holds_the_metrics_and_the_console_shows_each_step_liv
     """Issue 18: the tracker gets metrics.jsonl's names and values (and verl's own under verl/), in a run grouped
     by the arm and tagged with backend, seed and spec hash; each step's line is printed while verl's child process
     is still running (read from its log as it is written, not after it exits)."""
-    from twinrun.testing.tracker_files import wandb_offline_run
-
     out, _ = smoke_run
     rows = list(read_jsonl(RunPaths(out).metrics))
-    (run_dir,) = sorted((out.parent / "tracking" / "wandb").glob("offline-run-*"))
-    got = wandb_offline_run(run_dir)
-    assert got["run"]["project"] == "twinrun-test" and got["run"]["group"] == smoke.name
-    assert set(got["run"]["tags"]) == {"backend:verl", f"seed:{smoke.seed}", f"spec:{smoke.spec_hash()}"}
-    check_tracker_matches_metrics(got["history"], rows, native_prefix="verl/")
+    check_wandb_training_run(out.parent / "tracking", smoke, "verl", rows)
     steps = [(line, live) for line, live in console if line.startswith("verl: step ")]
     assert [line.split()[2] for line, _ in steps] == [f"{r['step']}/{smoke.steps}" for r in rows]
     assert all(live for _, live in steps[:-1]), steps  # the last step may be read after the child exits
@@ -158,14 +150,13 @@ def test_resume_continues_after_the_last_checkpoint(smoke, smoke_run, cache_dir,
     (shards / "latest_checkpointed_iteration.txt").write_text("2")
     shutil.rmtree(RunPaths(out).checkpoint(3))
     # the resumed run reports to tensorboard instead (a resume may change the tracker, not the training)
-    tracked = smoke.model_copy(update={"tracking": TrackingSpec(backend="tensorboard", dir=str(tmp_path / "tb"))})
-    summary = train(tracked, out, resume=True, cache_dir=cache_dir)
+    summary = train(tracked(smoke, "tensorboard", tmp_path / "tb"), out, resume=True, cache_dir=cache_dir)
     assert summary["resumed_from"] == 2 and summary["checkpoints"] == [2, 3]
     paths = RunPaths(out)
     rows = list(read_jsonl(paths.metrics))
     assert [r["step"] for r in rows] == [1, 2, 3]
     # the re-run step's tensorboard scalars are its metrics.jsonl row, and verl's own metrics under verl/
-    logdir = tmp_path / "tb" / "twinrun" / smoke.name / f"{smoke.name}-verl-seed{smoke.seed}"
+    logdir = tmp_path / "tb" / TEST_PROJECT / smoke.name / f"{smoke.name}-verl-seed{smoke.seed}"
     check_tracker_matches_metrics(tensorboard_scalars(logdir), rows[-1:], native_prefix="verl/")
     logs = sorted((out / "verl" / "logs").glob("verl-metrics.attempt-*.jsonl"))
     assert len(logs) == 2 and [json.loads(line)["step"] for line in logs[1].read_text().splitlines()] == [3]

@@ -163,7 +163,8 @@ def test_missing_tracker_is_one_warning_and_logs_nothing(tmp_path, monkeypatch):
 
 def test_unreachable_wandb_is_one_warning(tmp_path, monkeypatch):
     """Online wandb with no credentials (this machine cannot reach a server either): one warning, no error."""
-    pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb")
+    wandb.teardown()  # wandb keeps the settings of its first use in this process (WANDB_MODE among them)
     for k in ("WANDB_API_KEY", "WANDB_MODE"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -173,6 +174,7 @@ def test_unreachable_wandb_is_one_warning(tmp_path, monkeypatch):
     tracker = open_tracker(TrackingSpec(backend="wandb", dir=str(tmp_path / "wb")), _run(tmp_path), log=logs.append)
     tracker.log_metrics({"reward_mean": 1.0}, 1)
     tracker.close()
+    wandb.teardown()
     assert len(logs) == 1 and logs[0].startswith("warning: tracking: wandb could not start"), logs
 
 

@@ -168,15 +168,18 @@ def read_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict[str, 
             if strict:
                 raise RecordError(f"{p}:{n}: torn last line (a crash mid-write; fix: rerun to resume)")
             return
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise RecordError(f"{p}:{n}: not JSON ({e.msg}; fix: remove or repair the line)") from None
-        if not isinstance(row, dict):
-            raise RecordError(f"{p}:{n}: a JSON {type(row).__name__}, not an object (fix: one object per line)")
-        yield row
+        if line.strip():
+            yield _parse_line(line, p, n)
+
+
+def _parse_line(line: str, path: Path, n: int) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{path}:{n}: not JSON ({e.msg}; fix: remove or repair the line)") from None
+    if not isinstance(row, dict):
+        raise RecordError(f"{path}:{n}: a JSON {type(row).__name__}, not an object (fix: one object per line)")
+    return row
 
 
 class JsonlTail:
@@ -204,14 +207,8 @@ class JsonlTail:
         rows = []
         for line in chunk[: end + 1].decode("utf-8").splitlines():
             self._line += 1
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RecordError(f"{self.path}:{self._line}: not JSON ({e.msg})") from None
-            if isinstance(row, dict):
-                rows.append(row)
+            if line.strip():
+                rows.append(_parse_line(line, self.path, self._line))
         return rows
 
 

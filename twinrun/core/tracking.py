@@ -182,7 +182,9 @@ class _Wandb(Tracker):
 
     def __init__(self, run: Any):
         self._run = run
-        self.location = f"{'offline files ' + str(run.dir) if run.settings.mode == 'offline' else run.url}"
+        mode = run.settings.mode
+        self.location = (f"offline files in {run.dir}" if mode == "offline" else str(run.url) if mode != "disabled"
+                         else "disabled by WANDB_MODE=disabled: nothing is logged")
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._run.log(dict(metrics), step=int(step))
@@ -371,7 +373,8 @@ def _open_wandb(tracking: Any, run: TrackedRun, local: Path, state: dict[str, An
     wb = wandb.init(
         project=tracking.project, group=run.group, name=run.name, job_type=run.job_type, tags=list(run.tags),
         config=dict(run.config), dir=str(local), id=run_id, resume="allow",
-        mode="offline" if tracking.offline else "online", reinit="create_new",
+        # offline: as the spec says; else wandb's own choice (WANDB_MODE, default online)
+        mode="offline" if tracking.offline else None, reinit="create_new",
         # no console capture (the run's console is its own), and never wait long on a login prompt or server
         settings=wandb.Settings(console="off", init_timeout=60, login_timeout=15, silent=True),
     )

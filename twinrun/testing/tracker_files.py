@@ -156,3 +156,26 @@ def check_tracker_matches_metrics(series: dict[str, dict[int, float]], rows: lis
 
 def _f32(x: float) -> float:
     return struct.unpack("f", struct.pack("f", x))[0]
+
+
+TEST_PROJECT = "twinrun-test"
+
+
+def tracked(spec: Any, backend: str, tracking_dir: str | Path, **kw: Any) -> Any:
+    """`spec` reporting to `backend` (wandb offline) under `tracking_dir`, project TEST_PROJECT."""
+    from twinrun.core.spec import TrackingSpec
+
+    return spec.model_copy(update={"tracking": TrackingSpec(backend=backend, offline=backend == "wandb",
+                                                            project=TEST_PROJECT, dir=str(tracking_dir), **kw)})
+
+
+def check_wandb_training_run(tracking_dir: str | Path, spec: Any, backend: str, rows: list[dict[str, Any]]) -> None:
+    """The one offline wandb run under `tracking_dir` is the training run of `spec` under `backend` (project,
+    group = the arm, tags = backend, seed, spec hash) and holds `rows` (metrics.jsonl) and the framework's own
+    metrics under ``<backend>/``."""
+    (run_dir,) = sorted((Path(tracking_dir) / "wandb").glob("offline-run-*"))
+    got = wandb_offline_run(run_dir)
+    assert got["run"]["project"] == TEST_PROJECT and got["run"]["group"] == spec.name, got["run"]
+    assert got["run"]["name"] == f"{spec.name}-{backend}-seed{spec.seed}" and got["run"]["job_type"] == "train"
+    assert set(got["run"]["tags"]) == {f"backend:{backend}", f"seed:{spec.seed}", f"spec:{spec.spec_hash()}"}
+    check_tracker_matches_metrics(got["history"], rows, native_prefix=f"{backend}/")
