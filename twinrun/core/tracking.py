@@ -313,7 +313,7 @@ def _mlflow_key(k: str) -> str:
 
 @dataclass(frozen=True)
 class TrackedRun:
-    """What one tracker run is: a training run, a sweep or a card, inside `folder` (its tracker state lives
+    """What one tracker run is: a training run or a sweep, inside `folder` (its tracker state lives
     in `folder`/tracking.json)."""
 
     name: str
@@ -349,7 +349,9 @@ def open_tracker(tracking: Any, run: TrackedRun, *, log: Log = print, resume_aft
     # what a later stage (a resume, compare) needs to log into the same tracker run
     atomic_write_json(run.folder / STATE_FILE, {"backend": tracking.backend, "project": tracking.project,
                                                 "name": run.name, "group": run.group, "job_type": run.job_type,
-                                                "tags": list(run.tags), "spec": tracking.model_dump(mode="json"),
+                                                "tags": list(run.tags),
+                                                # the folder as resolved now: a later stage may run elsewhere
+                                                "spec": tracking.model_dump(mode="json") | {"dir": str(local)},
                                                 **state})
     log(f"tracking: {tracking.backend} project {tracking.project!r}, group {run.group!r}, run {run.name!r}: "
         f"{inner.location}")
