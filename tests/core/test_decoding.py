@@ -1,4 +1,5 @@
-"""Every knob that changes a number is a spec field (issue 19): executor decoding and extra_body, BM25.
+"""Every knob that changes a number is a spec field (issue 19): executor decoding and extra_body, judge decoding
+and backoff, BM25.
 
 The executor runs against a real loopback HTTP server that resolves decoding the way a vLLM server does
 (`twinrun.testing.local_openai`: a field a request leaves out takes the model's generation config or vLLM's own
@@ -17,6 +18,7 @@ import yaml
 
 from twinrun.core.executors import BackgroundLoop, make_executor
 from twinrun.core.executors.sampling import DECODING_FIELDS
+from twinrun.core.judges import judge_for_experiment
 from twinrun.core.records import read_jsonl
 from twinrun.core.spec import SpecError, load_spec
 from twinrun.testing.local_openai import LocalOpenAIServer
@@ -37,7 +39,14 @@ NEW_FIELDS = {
     "retrieval.bm25.k1": 1.2,
     "retrieval.bm25.b": 0.6,
     "retrieval.bm25.variant": "robertson",
+    "judge.temperature": 0.3,
+    "judge.max_tokens": 300,
+    "judge.thinking": False,
+    "judge.backoff_s": 0.01,
+    "judge.backoff_max_s": 0.02,
 }
+JUDGE_MODEL = "judge-m"
+VERDICT = '{"VALID": true, "reason": "actionable"}'
 
 
 def openai_sets(url: str, *extra: str) -> list[str]:
@@ -142,6 +151,19 @@ BAD = [
     ("retrieval.bm25.k1=-1",
      "retrieval.bm25.k1: -1 is invalid: Input should be greater than or equal to 0 (fix: use a value >= 0.0)"),
     ("retrieval.bm25.kl=1", "retrieval.bm25.kl: unknown key (fix: did you mean 'retrieval.bm25.k1'?)"),
+    ("judge.temperature=2.5",
+     "judge.temperature: 2.5 is invalid: Input should be less than or equal to 2 (fix: use a value <= 2.0)"),
+    ("judge.max_tokens=0", "judge.max_tokens: 0 is invalid: Input should be greater than 0 (fix: use a value > 0)"),
+    ("judge.thinking=maybe",
+     "judge.thinking: 'maybe' is invalid: Input should be a valid boolean, unable to interpret input "
+     "(fix: true or false)"),
+    ("judge.thinking=false",  # the smoke arm's judge is the rules judge
+     "judge.thinking: False has no effect with judge.kind=rules (fix: remove it, or use an openai judge)"),
+    ("judge.backoff_s=-1",
+     "judge.backoff_s: -1 is invalid: Input should be greater than or equal to 0 (fix: use a value >= 0.0)"),
+    ("judge.backoff_s=10|judge.backoff_max_s=5",
+     "judge.backoff_max_s: 5.0 is below backoff_s=10.0 (fix: a cap at least the first wait, or null for no cap)"),
+    ("judge.temprature=0.1", "judge.temprature: unknown key (fix: did you mean 'judge.temperature'?)"),
 ]
 
 
@@ -230,6 +252,7 @@ def spec_file(tmp_path: Path, url: str) -> tuple[Path, dict[str, int]]:
     data = yaml.safe_load(SMOKE.read_text())
     data["prompts"] = {k: str(EXPERIMENTS / v) for k, v in data["prompts"].items()}
     data["executor"] = {"kind": "openai", "base_url": url, "model": "m", "max_turns": 2, "max_tokens": 128}
+    data["judge"] = {"kind": "openai", "base_url": url, "model": JUDGE_MODEL}
     data["retrieval"] = {"top_k": 5, "bm25": {}}
     for key, value in NEW_FIELDS.items():
         section, *rest = key.split(".")
@@ -254,8 +277,16 @@ def _key_lines(text: str) -> dict[str, int]:
     return out
 
 
-def test_every_new_field_round_trips_yaml_plan_json_and_sweep_rows(tmp_path, alfworld_data):
-    with LocalOpenAIServer(lambda r: ANSWER, dev_mode=True, model_generation_config=QWEN3_GENERATION_CONFIG) as srv:
+def test_every_new_field_round_trips_yaml_plan_json_sweep_rows_and_rollout_records(tmp_path, alfworld_data):
+    judged: list[dict] = []  # the judge's requests as the server received them
+
+    def respond(request: dict) -> str:
+        if request["model"] != JUDGE_MODEL:
+            return ANSWER
+        judged.append({k: v for k, v in request.items() if k not in ("model", "messages")})
+        return VERDICT
+
+    with LocalOpenAIServer(respond, dev_mode=True, model_generation_config=QWEN3_GENERATION_CONFIG) as srv:
         path, lines = spec_file(tmp_path, srv.base_url)
         spec = load_spec(path)
         # YAML: dump and load again, the same spec
@@ -283,7 +314,14 @@ def test_every_new_field_round_trips_yaml_plan_json_and_sweep_rows(tmp_path, alf
 
         res = sweep(spec, {}, tmp_path / "sweep", data_root=alfworld_data, n_games=2, workers=0, progress=False)
         rows = list(read_jsonl(tmp_path / "sweep" / "arms" / "baseline.jsonl"))
+        # records: a curation rollout's row names what its judge's requests carried
+        record = curate_one_rollout(spec, alfworld_data)
     assert res.n_games == 2 and len(rows) == 2
+    assert len(judged) == 1 and record.positions[0].judged == [True]
+    assert record.judge.model_dump() == {
+        "kind": "openai", "model": JUDGE_MODEL, "settings_hash": judge_for_experiment(spec).settings().settings_hash,
+        "sent": {"temperature": 0.3, "max_tokens": 300, "chat_template_kwargs": {"enable_thinking": False}}}
+    assert record.judge.sent == judged[0]
     sent = {k.split(".", 1)[1]: v for k, v in NEW_FIELDS.items() if k.startswith("executor.")}
     for row in rows:
         assert row["sampling"]["sent"] == {"temperature": 0.4, "top_p": 1.0, "max_tokens": 128,
@@ -295,6 +333,24 @@ def test_every_new_field_round_trips_yaml_plan_json_and_sweep_rows(tmp_path, alf
         assert row["provenance"]["spec_hash"] == spec.spec_hash()  # retrieval.bm25 is in the spec hash
         assert row["provenance"]["executor_settings_hash"] == make_executor(spec).settings_hash
     assert load_spec(path, ["retrieval.bm25.b=0.7"]).spec_hash() != spec.spec_hash()
+
+
+def curate_one_rollout(spec, alfworld_data):
+    """One curation rollout of the spec's first task group (its executor and judge): the curator inserts a skill
+    after position 1 and does nothing after, so the judge is asked once; returns the rollout record."""
+    from twinrun.core.curation import CurationRuntime
+    from twinrun.core.toolcalls import format_curate_call
+
+    body = "---\nname: find-then-place\ndescription: Find the object first, then put it in the target.\n---\n" \
+           "1. Look on the receptacles listed first.\n2. Take the object and move it to the target.\n"
+    with CurationRuntime.from_spec(spec, data_root=alfworld_data, workers=0) as rt:
+        session = rt.session(rt.task_group(0, 0), 0)
+        session.start()
+        session.submit(format_curate_call([{"function": "new_skill_insert",
+                                            "arguments": {"skill_name": "find-then-place", "content": body}}]))
+        while not session.done:
+            session.submit(format_curate_call([]))
+        return session.finish().record
 
 
 # ------------------------------------------------------------------------------------------------------------

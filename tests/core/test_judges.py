@@ -261,3 +261,61 @@ def test_judge_for_experiment_reads_the_prompt_file(tmp_path: Path) -> None:
     with LocalOpenAIServer(answer(json.dumps({"VALID": True, "reason": "ok"}))) as srv:
         j.base_url = srv.base_url
         assert j.judge(req()).valid is True
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Judge knobs as spec fields (issue 19): temperature, max_tokens, thinking, backoff
+
+
+JUDGE_KNOBS = {"temperature": 0.3, "max_tokens": 300, "thinking": False, "backoff_s": 0.5, "backoff_max_s": 2.0,
+               "retries": 4, "timeout_s": 9.0}
+
+
+def test_every_judge_knob_reaches_the_judge() -> None:
+    spec = JudgeSpec(kind="openai", base_url="http://127.0.0.1:9/v1", model="m", **JUDGE_KNOBS)
+    j = make_judge(spec, prompt=PROMPT)
+    assert {k: getattr(j, k) for k in JUDGE_KNOBS} == JUDGE_KNOBS
+
+
+def test_default_requests_are_what_they_were_before_the_fields_existed() -> None:
+    """Defaults: no thinking switch, so the body (and the verdict cache key) of an existing arm is unchanged."""
+    j = make_judge(JudgeSpec(kind="openai", base_url="http://127.0.0.1:9/v1", model="m"), prompt=PROMPT)
+    body = j._body(req())
+    assert set(body) == {"model", "messages", "temperature", "max_tokens"}
+    assert (body["temperature"], body["max_tokens"], j.backoff_s, j.backoff_max_s) == (0.0, 2048, 1.0, None)
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_thinking_is_sent_as_the_chat_template_switch(thinking: bool) -> None:
+    seen: list[dict] = []
+    with LocalOpenAIServer(lambda r: (seen.append(r), '{"VALID": true}')[1]) as srv:
+        assert openai_judge(srv, thinking=thinking, max_tokens=99).judge(req()).valid is True
+    assert seen[0]["chat_template_kwargs"] == {"enable_thinking": thinking} and seen[0]["max_tokens"] == 99
+
+
+def test_what_changes_verdicts_changes_the_settings_hash_and_the_cache_key_and_backoff_does_not() -> None:
+    def judge(**kw) -> OpenAIJudge:
+        return OpenAIJudge(base_url="http://127.0.0.1:9/v1", model="m", prompt=kw.pop("prompt", PROMPT), **kw)
+
+    base = judge()
+    for kw in ({"temperature": 0.7}, {"max_tokens": 256}, {"thinking": True}, {"thinking": False},
+               {"prompt": PROMPT + "\nBe strict."}):
+        other = judge(**kw)
+        assert other.settings().settings_hash != base.settings().settings_hash, kw
+        assert other.cache_key(req()) != base.cache_key(req()), kw  # a cached verdict is never reused across them
+    for kw in ({"backoff_s": 9.0}, {"backoff_max_s": 30.0}, {"retries": 0}, {"timeout_s": 5.0}):
+        other = judge(**kw)
+        assert other.settings() == base.settings() and other.cache_key(req()) == base.cache_key(req()), kw
+    assert base.settings().sent == {"temperature": 0.0, "max_tokens": 2048}
+    assert RulesJudge().settings().settings_hash != RulesJudge(min_steps=3).settings().settings_hash
+
+
+def test_backoff_doubles_with_jitter_up_to_its_cap() -> None:
+    """Over many draws: attempt a waits backoff_s * 2^a * U(0.75, 1.25), never more than backoff_max_s."""
+    free = OpenAIJudge(base_url="http://x/v1", model="m", prompt=PROMPT, backoff_s=10.0)
+    capped = OpenAIJudge(base_url="http://x/v1", model="m", prompt=PROMPT, backoff_s=10.0, backoff_max_s=60.0)
+    for attempt, (lo, hi) in enumerate([(7.5, 12.5), (15.0, 25.0), (30.0, 50.0), (60.0, 100.0)]):
+        waits = [free._delay(attempt) for _ in range(2000)]
+        assert lo <= min(waits) and max(waits) <= hi and abs(sum(waits) / len(waits) - (lo + hi) / 2) < 0.05 * hi
+        assert max(capped._delay(attempt) for _ in range(2000)) <= 60.0
+    assert {capped._delay(4) for _ in range(100)} == {60.0}  # 160 * U(0.75, 1.25) is always over the cap

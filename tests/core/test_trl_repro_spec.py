@@ -18,6 +18,8 @@ def test_the_values_the_reproduction_states():
     ex = s.executor
     assert (ex.temperature, ex.top_p, ex.top_k, ex.max_tokens, ex.max_turns) == (0.6, 0.95, 20, 8192, 25)
     assert ex.model == "Qwen/Qwen3-8B" and s.judge.model == "Qwen/Qwen3-32B"
+    j = s.judge
+    assert (j.temperature, j.max_tokens, j.thinking, j.backoff_s, j.backoff_max_s) == (0.0, 256, None, 10.0, 60.0)
     assert (s.steps, s.checkpoint_every, s.seed) == (60, 5, 42)
     assert (s.batch.groups_per_step, s.batch.rollouts_per_group, s.environment.group_size) == (4, 8, 10)
     assert (s.kl.coef, s.optimizer.lr, s.optimizer.schedule, s.curator.lora_rank) == (0.001, 1e-6, "constant", 0)
@@ -50,8 +52,11 @@ def test_plan_shows_each_knob_with_its_source_and_counts_against_the_paper_arm()
     knobs = {k["name"]: k for k in plan["rollout_knobs"]}
     for name in ("executor.temperature", "executor.top_p", "executor.top_k", "executor.min_p",
                  "executor.presence_penalty", "executor.repetition_penalty", "executor.extra_body",
-                 "judge.model", "retrieval.bm25.k1", "retrieval.bm25.b", "retrieval.bm25.variant"):
+                 "judge.model", "judge.temperature", "judge.max_tokens", "judge.thinking", "judge.backoff_s",
+                 "judge.backoff_max_s", "retrieval.bm25.k1", "retrieval.bm25.b", "retrieval.bm25.variant"):
         assert knobs[name]["source"].startswith("spec line ") and knobs[name]["note"], name
     assert knobs["executor.top_k"]["note"] == "[cfg] executor.top_k"
+    assert knobs["judge.thinking"]["note"].startswith("UNKNOWN")
     differing = {d["name"] for d in plan["against"]["differences"]}
-    assert {"batch.groups_per_step", "executor.temperature", "executor.top_k", "curator.max_completion_tokens"} <= differing
+    assert {"batch.groups_per_step", "executor.temperature", "executor.top_k", "curator.max_completion_tokens",
+            "judge.max_tokens", "judge.backoff_s"} <= differing

@@ -30,7 +30,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +40,7 @@ from twinrun.core.envs import EnvPool, GameCatalog, GameRef, make_catalog, make_
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.executors import BackgroundLoop, Executor, make_executor
 from twinrun.core.react import Episode, PromptTemplate
-from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, Provenance
+from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, JudgeRecord, Provenance
 from twinrun.core.rewards import PositionResult, RewardBreakdown, TokenCounter, composite_reward, whitespace_tokens
 from twinrun.core.skills import OpResult, SkillRepo, render_for_prompt
 from twinrun.core.toolcalls import CURATE_TOOL, CuratorTurn, parse_curator_turn
@@ -186,6 +186,7 @@ class CurationRecord(BaseModel):
     anchors: list[str]
     step_rewards: list[float]
     wall_s: float
+    judge: JudgeRecord | None = None  # what the r_cnt verdicts were asked with; None: no judge (or one without settings)
     provenance: Provenance | None = None
 
 
@@ -665,7 +666,8 @@ class CurationSession:
             executor_episodes=len(own_episodes), executor_calls=sum(e.executor_calls for e in own_episodes),
             unmeasured_episodes=sum(1 for e in own_episodes if e.outcome == "unmeasured"),
             reward=breakdown, anchors=[p.anchor for p in self.positions], step_rewards=list(breakdown.step_rewards),
-            wall_s=round(time.perf_counter() - self._t0, 6), provenance=self.runtime.provenance,
+            wall_s=round(time.perf_counter() - self._t0, 6), judge=judge_record(self.runtime.judge),
+            provenance=self.runtime.provenance,
         )
         return CurationResult(breakdown, record.anchors, record.step_rewards, record, own_episodes, self.positions, self.repo)
 
@@ -673,6 +675,12 @@ class CurationSession:
 def _skill_name(arguments: Any) -> str | None:
     name = arguments.get("skill_name") if isinstance(arguments, dict) else None
     return name if isinstance(name, str) else None
+
+
+def judge_record(judge: Any) -> JudgeRecord | None:
+    """The rollout record's account of its judge (None without one, or for a judge object without settings())."""
+    settings = getattr(judge, "settings", None)
+    return JudgeRecord(**asdict(settings())) if callable(settings) else None
 
 
 async def _ajudge(judge: Any, request: Any) -> Any:

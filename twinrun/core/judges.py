@@ -58,6 +58,19 @@ class Verdict:
         return self.valid is not None
 
 
+@dataclass(frozen=True)
+class JudgeSettings:
+    """What decides a judge's verdicts, for the records: `sent` holds the request fields besides model and
+    messages (empty for the rules judge); `settings_hash` is sha256[:16] of the kind, model, those fields and the
+    prompt text (the rules judge: its thresholds). Timeout, retries and backoff are left out: they change when a
+    verdict arrives, not what it says."""
+
+    kind: str
+    model: str | None
+    sent: dict[str, Any]
+    settings_hash: str
+
+
 @runtime_checkable
 class Judge(Protocol):
     name: str
@@ -149,6 +162,9 @@ class RulesJudge:
 
     def cache_key(self, request: JudgeRequest) -> str:
         return _sha256("rules-v1", self._params, request.skill.to_markdown(), request.trajectory)
+
+    def settings(self) -> JudgeSettings:
+        return JudgeSettings(kind="rules", model=None, sent={}, settings_hash=_sha256("rules-v1", self._params)[:16])
 
     def _shingles(self, text: str) -> set[tuple[str, ...]]:
         words = _WORD_RE.findall(text.lower())
@@ -268,9 +284,11 @@ class OpenAIJudge:
 
     The prompt file is a template: if it contains ``{{skill}}`` it is rendered (``{{skill}}``, ``{{task}}``,
     ``{{trajectory}}``, ``{{outcome}}``) into one user message; otherwise it is the system message and the
-    skill (and any context) is the user message. Transport errors, timeouts and HTTP 408/409/425/429/5xx are
-    retried ``retries`` times with exponential backoff (``backoff_s``·2^attempt, ±25% jitter); any failure that
-    remains, and any answer without a verdict, is unmeasured (None).
+    skill (and any context) is the user message. Every request carries ``temperature`` and ``max_tokens``, and
+    ``chat_template_kwargs: {enable_thinking: thinking}`` when ``thinking`` is not None (None: the chat template
+    decides; Qwen3 thinks). Transport errors, timeouts and HTTP 408/409/425/429/5xx are retried ``retries`` times
+    with exponential backoff (``backoff_s``·2^attempt, ±25% jitter, at most ``backoff_max_s`` when set); any
+    failure that remains, and any answer without a verdict, is unmeasured (None).
     """
 
     name = "openai"
@@ -285,8 +303,10 @@ class OpenAIJudge:
         timeout_s: float = 120.0,
         retries: int = 3,
         backoff_s: float = 1.0,
+        backoff_max_s: float | None = None,
         temperature: float = 0.0,
         max_tokens: int = 2048,
+        thinking: bool | None = None,
         cache: VerdictCache | None = None,
     ):
         if not base_url or not model:
@@ -300,8 +320,10 @@ class OpenAIJudge:
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.thinking = thinking
         self.cache = cache if cache is not None else VerdictCache()
         self.calls = 0  # HTTP requests sent (cache hits send none)
         self._client: Any = None
@@ -325,13 +347,21 @@ class OpenAIJudge:
         parts.append(f"## Skill\n{skill_text}")
         return [{"role": "system", "content": self.prompt}, {"role": "user", "content": "\n\n".join(parts)}]
 
+    def sampling_params(self) -> dict[str, Any]:
+        """The request's fields besides model and messages (thinking only when stated: the body, and so the
+        verdict cache key, of a judge that leaves it to the template is what it was before the field existed)."""
+        params: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.thinking is not None:
+            params["chat_template_kwargs"] = {"enable_thinking": self.thinking}
+        return params
+
     def _body(self, request: JudgeRequest) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "messages": self.messages(request),
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-        }
+        return {"model": self.model, "messages": self.messages(request), **self.sampling_params()}
+
+    def settings(self) -> JudgeSettings:
+        sent = self.sampling_params()
+        blob = json.dumps({"model": self.model, "sent": sent, "prompt": self.prompt}, sort_keys=True)
+        return JudgeSettings(kind="openai", model=self.model, sent=sent, settings_hash=_sha256("openai-v1", blob)[:16])
 
     def cache_key(self, request: JudgeRequest) -> str:
         return _sha256("openai-v1", json.dumps(self._body(request), sort_keys=True))
@@ -359,7 +389,8 @@ class OpenAIJudge:
             self.calls += 1
 
     def _delay(self, attempt: int) -> float:
-        return self.backoff_s * (2**attempt) * random.uniform(0.75, 1.25)
+        delay = self.backoff_s * (2**attempt) * random.uniform(0.75, 1.25)
+        return delay if self.backoff_max_s is None else min(delay, self.backoff_max_s)
 
     # -- sync
     def _sync_client(self) -> Any:
@@ -457,6 +488,11 @@ def make_judge(
         api_key=api_key if api_key is not None else os.environ.get(spec.api_key_env),
         timeout_s=spec.timeout_s,
         retries=spec.retries,
+        backoff_s=spec.backoff_s,
+        backoff_max_s=spec.backoff_max_s,
+        temperature=spec.temperature,
+        max_tokens=spec.max_tokens,
+        thinking=spec.thinking,
         cache=cache,
     )
 

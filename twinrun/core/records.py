@@ -268,6 +268,18 @@ class SamplingRecord(BaseModel):
     source: str = "not reported"
 
 
+class JudgeRecord(BaseModel):
+    """The content judge a rollout's r_cnt verdicts came from: kind (rules / openai), model, the fields besides
+    model and messages that every judge request carried, and sha256[:16] of those and the prompt text
+    (:class:`twinrun.core.judges.JudgeSettings`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str
+    model: str | None = None
+    sent: dict[str, Any] = Field(default_factory=dict)
+    settings_hash: str
+
+
 class EpisodeRecord(_Row):
     """One executor episode (one game played at one position of a curation rollout, or in a sweep)."""
 

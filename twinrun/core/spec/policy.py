@@ -127,7 +127,13 @@ class ExecutorSpec(_Strict):
 
 
 class JudgeSpec(_Strict):
-    """Content-quality judge for r_cnt."""
+    """Content-quality judge for r_cnt.
+
+    Decoding (kind=openai): `temperature` and `max_tokens` are always sent; `thinking` is sent only when set, as
+    chat_template_kwargs.enable_thinking (null leaves it to the chat template: Qwen3 thinks), which is what twinrun
+    did before these fields existed. `backoff_s` / `backoff_max_s` space the retries: they change when a verdict
+    arrives, not what it says (so they are outside the judge's settings hash). Every rollout record names the
+    request fields its judge sent and their hash."""
 
     kind: Literal["rules", "openai", "disabled"] = "rules"
     model: str | None = None
@@ -135,11 +141,28 @@ class JudgeSpec(_Strict):
     api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = Field(120.0, gt=0)
     retries: int = Field(3, ge=0)
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="judge decoding temperature (0 = greedy)")
+    max_tokens: int = Field(
+        2048, gt=0, description="tokens per judge answer (a thinking judge spends them on <think> first; an answer "
+        "cut before its verdict is unmeasured)",
+    )
+    thinking: bool | None = Field(
+        None, description="null = not sent (the chat template's default: Qwen3 thinks); true/false sends "
+        "chat_template_kwargs: {enable_thinking: ...}",
+    )
+    backoff_s: float = Field(1.0, ge=0.0, description="retry n waits backoff_s * 2^(n-1), +-25% jitter")
+    backoff_max_s: float | None = Field(None, gt=0.0, description="the longest one wait; null = no cap")
 
     @model_validator(mode="after")
     def _needs_endpoint(self) -> JudgeSpec:
         if self.kind == "openai" and not (self.base_url and self.model):
             raise ValueError("judge.base_url: None is required when judge.kind=openai (fix: set base_url and model)")
+        if self.kind != "openai" and self.thinking is not None:
+            raise ValueError(f"judge.thinking: {self.thinking} has no effect with judge.kind={self.kind} "
+                             "(fix: remove it, or use an openai judge)")
+        if self.backoff_max_s is not None and self.backoff_max_s < self.backoff_s:
+            raise ValueError(f"judge.backoff_max_s: {self.backoff_max_s} is below backoff_s={self.backoff_s} "
+                             "(fix: a cap at least the first wait, or null for no cap)")
         return self
 
 
