@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -86,17 +87,36 @@ def wandb_records(path: str | Path) -> list[Any]:
     return out
 
 
+def _finished_wandb_records(log: Path, timeout_s: float = 60.0) -> list[Any]:
+    """The records of a run whose ``exit`` record is written. wandb-core writes the transaction log on its own
+    after ``finish()`` returns (measured: a 7-byte file right after finish in 1 of 3 runs, complete a moment later),
+    so a reader polls for the run's exit record rather than racing the writer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            records = wandb_records(log)
+        except Exception:  # a record cut mid-write; the deadline re-raises below
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
 def wandb_offline_run(run_dir: str | Path) -> dict[str, Any]:
     """The run's identity and its history from one offline run folder (``offline-run-*``): ``run`` (id,
     project, group, job type, name, tags), ``history`` {metric: {step: value}}, ``other`` {key: [values]} (media,
     tables) and ``summary``."""
     run_dir = Path(run_dir)
     (log,) = sorted(run_dir.glob("run-*.wandb"))
+    records = _finished_wandb_records(log)
     info: dict[str, Any] = {}
     history: dict[str, dict[int, float]] = defaultdict(dict)
     other: dict[str, list[Any]] = defaultdict(list)
     summary: dict[str, Any] = {}
-    for rec in wandb_records(log):
+    for rec in records:
         kind = rec.WhichOneof("record_type")
         if kind == "run":
             r = rec.run
