@@ -1,0 +1,40 @@
+"""The result as JSON: settings, NaN-free cleaning, the schema version."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from twinrun.core.compare.model import CompareSettings
+
+COMPARE_SCHEMA_VERSION = 1
+
+
+def _settings_dict(s: CompareSettings) -> dict[str, Any]:
+    return {"alpha": s.alpha, "power": s.power, "level": s.level, "n_boot": s.n_boot, "seed": s.seed,
+            "max_unmeasured_share": s.max_unmeasured_share, "family": s.family}
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-able copy: numpy scalars to Python, NaN/inf to None, tuples to lists."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_clean(v) for v in obj.tolist()]
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    return obj
+
+
+def to_json(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2, sort_keys=False, allow_nan=False)
