@@ -1,20 +1,18 @@
-"""compare: paired statistics (hand values and scipy/statsmodels references), the curve-shape verdict on planted
-synthetic truths, unmeasured rows, refusal of mixed sweeps, and the published-summary path."""
+"""compare's inputs and outputs: per-run curves in the JSON result, unmeasured rows, refusal of mixed sweeps, the
+metadata a sweep records (framework, seed, executor), and the published-summary path. The pure statistics are in
+test_compare_stats, the verdicts and their rates in test_compare_verdict."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from twinrun.core import compare_stats as cs
 from twinrun.core.compare import (
-    AGREE,
-    DIFFER,
+    VERDICTS,
     NO_EVIDENCE,
     CompareError,
     CompareSettings,
@@ -29,194 +27,21 @@ from twinrun.core.sweep import EvalRecord
 FAST = CompareSettings(n_boot=2000, seed=0)
 
 # ------------------------------------------------------------------------------------------------------------
-# McNemar
-
-
-@pytest.mark.parametrize("b,c,hand", [
-    (0, 5, 2 * 0.5**5),  # 0.0625
-    (1, 9, 2 * (1 + 10) / 2**10),  # 2 * P(X <= 1), X ~ Bin(10, 1/2)
-    (3, 3, 1.0),
-    (0, 0, 1.0),  # no discordant games: no evidence
-    (7, 2, 2 * (1 + 9 + 36) / 2**9),
-])
-def test_mcnemar_exact_matches_hand_scipy_and_statsmodels(b: int, c: int, hand: float) -> None:
-    from statsmodels.stats.contingency_tables import mcnemar
-
-    p = cs.mcnemar_exact(b, c)
-    assert p == pytest.approx(min(hand, 1.0), rel=1e-12)
-    if b + c:
-        assert p == pytest.approx(stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-12)
-        # concordant cells do not matter to McNemar
-        assert p == pytest.approx(mcnemar([[11, b], [c, 4]], exact=True).pvalue, rel=1e-12)
-
-
-def test_paired_counts_skip_unmeasured_games() -> None:
-    nan = np.nan
-    arm = np.array([[1, 1, 0, 0, nan, 1]], dtype=float)
-    base = np.array([0, 1, 1, 0, 1, nan], dtype=float)
-    pc = cs.paired_counts(arm, base)
-    assert pc.n_pairs.tolist() == [4]
-    assert (pc.b.tolist(), pc.c.tolist()) == ([1], [1])
-    assert pc.mask.tolist() == [[True, True, True, True, False, False]]
-    assert pc.diff.tolist() == [[1, 0, -1, 0, 0, 0]]
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Bootstrap, MDE, multiplicity, curve statistics on hand values
-
-
-def test_vectorised_bootstrap_equals_per_resample_loop() -> None:
-    rng = np.random.default_rng(3)
-    vals = rng.integers(0, 2, size=(4, 9)).astype(float)
-    mask = rng.random((4, 9)) > 0.2
-    idx = cs.resample_indices(9, 50, np.random.default_rng(1))
-    w = cs.index_counts(idx, 9)
-    assert w.sum(axis=1).tolist() == [9] * 50
-    fast = cs.weighted_means(vals, mask, w)
-    for r in range(50):
-        for a in range(4):
-            sel = idx[r][mask[a, idx[r]]]
-            want = vals[a, sel].mean() if sel.size else np.nan
-            assert fast[r, a] == pytest.approx(want, nan_ok=True)
-
-
-def test_weighted_means_by_hand() -> None:
-    vals = np.array([[1.0, 0.0, 1.0]])
-    mask = np.array([[True, True, False]])
-    w = np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 1.0, 1.0]])
-    out = cs.weighted_means(vals, mask, w)[:, 0]
-    assert out[0] == pytest.approx(2 / 3)
-    assert math.isnan(out[1])  # only the unmeasured game was drawn
-    assert out[2] == pytest.approx(0.5)
-
-
-def test_mde_paired_by_hand() -> None:
-    z = 1.959963984540054 + 0.8416212335729143
-    assert cs.mde_paired(np.array([100]), np.array([0.2]))[0] == pytest.approx(z * math.sqrt(0.2 / 100))
-    # no discordance is floored at one discordant game in n
-    assert cs.mde_paired(np.array([100]), np.array([0.0]))[0] == pytest.approx(z * math.sqrt(0.01 / 100))
-
-
-def test_adjust_pvalues_within_families_by_hand() -> None:
-    p = np.array([0.01, 0.04, 0.03, 0.02, 0.5])
-    fams = ["a", "a", "a", "b", None]
-    adj = cs.adjust_pvalues(p, fams)
-    assert adj["holm"][:3] == pytest.approx([0.03, 0.06, 0.06])
-    assert adj["bh"][:3] == pytest.approx([0.03, 0.04, 0.04])
-    assert adj["bonferroni"][:3] == pytest.approx([0.03, 0.12, 0.09])
-    assert adj["holm"][3] == pytest.approx(0.02)  # a family of one is unadjusted
-    assert math.isnan(adj["holm"][4])  # in no family
-
-
-@pytest.mark.parametrize("lifts,crossings", [
-    ([1, 0, -1, 1], 2), ([1, 0, 1], 0), ([-1, -2], 0), ([0, 0, 0], 0), ([0, -1, 2, -3, 0, 0, 4], 3),
-])
-def test_strict_sign_changes(lifts: list[float], crossings: int) -> None:
-    assert int(cs.strict_sign_changes(np.array(lifts, dtype=float))) == crossings
-
-
-def test_slope_correlations_and_argmax() -> None:
-    assert cs.linear_slope(np.array([0, 1, 2.0]), np.array([1, 3, 5.0])) == pytest.approx(2.0)
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))
-    for i in range(5):
-        assert cs.row_pearson(x, y)[i] == pytest.approx(np.corrcoef(x[i], y[i])[0, 1])
-        assert cs.row_spearman(x, y)[i] == pytest.approx(stats.spearmanr(x[i], y[i]).statistic)
-    assert math.isnan(cs.row_pearson(np.ones(4), np.arange(4.0)))
-    share = cs.argmax_distribution(np.array([[0, 1, 0], [2, 0, 0], [0, 1, 1], [np.nan] * 3]), rng)
-    assert share[0] == 0.25 and share[1] + share[2] == 0.5  # the tie went to one of the two
-
-
-def test_cochran_q_matches_formula() -> None:
-    x = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0], [1, 0, 0], [1, 1, 0], [np.nan, 1, 0]], dtype=float)
-    complete = x[:-1]
-    k = 3
-    col, row, n = complete.sum(0), complete.sum(1), complete.sum()
-    q = (k - 1) * (k * (col**2).sum() - n**2) / (k * n - (row**2).sum())
-    got = cs.cochran_q(x)
-    assert got["statistic"] == pytest.approx(q)
-    assert got["p_value"] == pytest.approx(stats.chi2.sf(q, k - 1))
-    assert got["n_games"] == 6
-
-
-def test_conditional_logit_matches_statsmodels() -> None:
-    import warnings
-
-    from statsmodels.discrete.conditional_models import ConditionalLogit
-
-    rng = np.random.default_rng(1)
-    g = np.repeat(np.arange(30), 6)
-    x = rng.normal(size=(180, 3))
-    y = (rng.random(180) < 1 / (1 + np.exp(-(x @ [0.5, -1, 0.2] + rng.normal(size=30)[g])))).astype(float)
-    sums, cnt = np.bincount(g, weights=y), np.bincount(g)
-    keep = ((sums > 0) & (sums < cnt))[g]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = ConditionalLogit(y, x, groups=g).fit(method="newton", disp=False)
-    _, gg = np.unique(g[keep], return_inverse=True)
-    ours = cs.conditional_logit(y[keep], x[keep], gg)
-    assert ours.ok
-    assert ours.llf == pytest.approx(ref.llf, abs=1e-6)
-    assert ours.params == pytest.approx(np.asarray(ref.params), abs=1e-4)
-
-
-def test_interaction_test_survives_separation() -> None:
-    rng = np.random.default_rng(0)
-    n, k = 60, 3
-    y = (rng.random((2, k, n)) < 0.5).astype(float)
-    y[1, 2, :] = 1.0  # run 1 wins every game at its last checkpoint: the logit coefficient runs off to infinity
-    game = np.tile(np.arange(n), 2 * k)
-    group = np.repeat([0, 1], k * n)
-    ckpt = np.tile(np.repeat(np.arange(k), n), 2)
-    res = cs.interaction_test(y.ravel(), game, group, ckpt)
-    assert res["p_value"] is not None and res["p_value"] < 0.05
-    assert "linear probability" in res["method"] and res["note"]
-
-
-def test_n_for_chi2_power() -> None:
-    assert cs.n_for_chi2_power(3.0, 7, 140) is None  # below its df: noise level
-    n = cs.n_for_chi2_power(15.0, 7, 140)
-    crit = stats.chi2.ppf(0.95, 7)
-    assert stats.ncx2.sf(crit, 7, 8.0 * n / 140) >= 0.8 > stats.ncx2.sf(crit, 7, 8.0 * (n - 2) / 140)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# The verdict on planted truths (seeded; the criteria are robust to the seed, see the docstring of `verdict`)
+# Curves and the JSON result
 
 SHAPE = [0.0, 1.0, 0.3, -0.6, 0.6, 1.2, -0.3, 0.2]  # logit-scale shifts per checkpoint
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_planted_shared_shape_agrees(seed: int) -> None:
-    res = compare_games(synthetic_game_table({"trl": SHAPE, "verl": SHAPE}, seed=seed), "baseline", FAST)
-    (pair,) = res["pairs"]
-    assert pair["verdict"] == AGREE, pair["criterion"]
-    assert pair["pearson_ci"][0] > 0 and "lies above 0" in pair["criterion"]
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_planted_opposite_shape_differs(seed: int) -> None:
-    opposite = [-s for s in SHAPE]
-    res = compare_games(synthetic_game_table({"trl": SHAPE, "verl": opposite}, seed=seed), "baseline", FAST)
-    (pair,) = res["pairs"]
-    assert pair["verdict"] == DIFFER, pair["criterion"]
-    assert pair["pearson_ci"][1] < 0 and pair["interaction"]["p_value"] < 0.05
-
-
-@pytest.mark.parametrize("seed", [0, 2])
-def test_pure_noise_gives_no_evidence_and_the_n_that_would_decide(seed: int) -> None:
-    # On noise each test errs at its own rate (about alpha for the interaction, measured: 6.5% at 0.05 over 200
-    # seeds); alpha = 0.01 with a 99% CI makes a wrong verdict a ~1-in-50 event per seed, and the seeds are fixed.
-    strict = CompareSettings(n_boot=2000, seed=0, alpha=0.01, level=0.99)
+def test_pure_noise_gives_no_evidence_and_the_games_that_would_decide() -> None:
     flat = [0.0] * 8
-    res = compare_games(synthetic_game_table({"trl": flat, "verl": flat}, seed=seed), "baseline", strict)
+    res = compare_games(synthetic_game_table({"trl": flat, "verl": flat}, seed=2), "baseline", FAST)
     (pair,) = res["pairs"]
-    assert pair["verdict"] == NO_EVIDENCE, pair["criterion"]
-    assert pair["n_to_decide"] is None or pair["n_to_decide"] > 140
-    assert "games per arm would decide" in pair["criterion"] or "No sample size" in pair["criterion"]
-    # flat curves: nothing survives Holm, and the curves are mostly noise
+    assert pair["verdict"] == NO_EVIDENCE, pair["explanation"]
+    detail = pair["n_to_decide_detail"]
+    # the alternatives are pre-specified (delta), so flat curves still get a finite number of games
+    assert pair["n_to_decide"] == max(detail["equivalence_if_same_shape"], detail["profile_difference_of_delta"]) > 140
+    assert f"About {pair['n_to_decide']} games per arm would decide" in pair["explanation"]
     assert all(a["p_holm"] is None or a["p_holm"] >= 0.01 for a in res["arms"])
-    assert all(r["cochran_q"]["p_value"] > 0.01 for r in res["runs"].values())
 
 
 def test_run_statistics_and_test_retest_ceiling() -> None:
@@ -227,6 +52,7 @@ def test_run_statistics_and_test_retest_ceiling() -> None:
     assert trl["peak_checkpoint"] in (20, 60)  # the two planted highs
     assert sum(trl["argmax_distribution"].values()) == pytest.approx(1.0)
     assert trl["final_minus_peak"] <= 0
+    assert trl["final_vs_peak"]["method"].startswith("cross-fitted") and len(trl["final_vs_peak"]["ci"]) == 2
     assert trl["cochran_q"]["p_value"] < 0.001
     assert trl["test_retest"]["r"] > 0.5 and len(trl["test_retest"]["checkpoints"]) == 8
     (pair,) = res["pairs"]
@@ -332,8 +158,8 @@ def test_published_summary_path(tmp_path: Path) -> None:
     assert trl["final_minus_peak"] == pytest.approx((14 - 17) / 140 - 15 / 140)
     assert trl["cochran_q"] is None
     (pair,) = res["pairs"]
-    assert pair["pearson"] is not None and pair["verdict"] in (AGREE, DIFFER, NO_EVIDENCE)
-    assert "binomial GLM on counts" in pair["interaction"]["method"]
+    assert pair["pearson"] is not None and pair["verdict"] in VERDICTS
+    assert "binomial logit on counts" in pair["interaction"]["method"]
     skipped = " ".join(res["skipped"])
     for what in ("exact McNemar for 5 arm(s)", "Cochran's Q", "game effects", "test-retest"):
         assert what in skipped
@@ -370,3 +196,57 @@ def test_cli_compare_json_schema(tmp_path: Path) -> None:
     assert {"peak_checkpoint", "crossings", "final_minus_peak"} <= set(doc["runs"]["trl-s0"])
     assert {"a", "b", "pearson", "spearman", "verdict", "criterion"} <= set(doc["pairs"][0])
     assert (tmp_path / "cmp" / "report.md").exists() and (tmp_path / "cmp" / "compare.json").exists()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# What a sweep records about a run reaches the comparison: framework, training seed, checkpoint, executor
+
+
+def test_sweep_metadata_groups_runs_by_framework_and_seed(tmp_path: Path) -> None:
+    from twinrun.core.compare.synthetic import planted_table, write_sweep
+
+    table = planted_table("same-shape", seed=3, frameworks=("trl", "verl"))
+    for arm in table.arms:
+        arm.checkpoint_hash = None if arm.run is None else f"hash-{arm.name}"
+    write_sweep(table, tmp_path / "sweep", executor="qwen3-8b")
+    res = compare([tmp_path / "sweep"], "baseline", FAST)
+    a10 = next(a for a in res["arms"] if a["arm"] == "a@10")
+    assert (a10["framework"], a10["seed"], a10["checkpoint_hash"]) == ("trl", 3, "hash-a@10")
+    assert res["executor"] == "qwen3-8b" and res["runs"]["b"]["framework"] == "verl"
+    assert res["frameworks"]["confounded"] and "confounded" in res["frameworks"]["note"]
+    assert res["pairs"][0]["relation"] == "across frameworks"
+    # --group overrides what the sweep recorded; an unknown run is a one-line error
+    regrouped = compare([tmp_path / "sweep"], "baseline",
+                        CompareSettings(n_boot=500, groups=(("a", "trl", 1), ("b", "trl", 2))))
+    assert regrouped["frameworks"]["groups"] == {"trl": [{"run": "a", "seed": 1}, {"run": "b", "seed": 2}]}
+    assert regrouped["pairs"][0]["relation"] == "seeds of one framework" and not regrouped["frameworks"]["confounded"]
+    with pytest.raises(CompareError, match="--group: run 'c' is not in this comparison") as e:
+        compare([tmp_path / "sweep"], "baseline", CompareSettings(n_boot=500, groups=(("c", "trl", None),)))
+    assert "\n" not in str(e.value)
+
+
+def test_summary_columns_framework_seed_and_comments(tmp_path: Path) -> None:
+    p = tmp_path / "s.csv"
+    p.write_text("# published by someone, transcribed here\nrun,checkpoint,n,successes,framework,seed\n"
+                 "baseline,,140,60,,\ntrl-s1,10,140,62,trl,1\ntrl-s1,20,140,70,trl,1\ntrl-s1,30,140,66,trl,1\n")
+    res = compare([p], "baseline", CompareSettings(n_boot=500))
+    assert res["runs"]["trl-s1"]["framework"] == "trl" and res["runs"]["trl-s1"]["seed"] == 1
+    assert res["frameworks"]["groups"] == {"trl": [{"run": "trl-s1", "seed": 1}]}
+
+
+def test_cli_group_and_family_options_are_one_line_errors(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from twinrun.cli import app
+
+    csv_path = tmp_path / "published.csv"
+    csv_path.write_text(SUMMARY)
+    runner = CliRunner()
+    for args, match in ((["--group", "trl-s0"], "--group: 'trl-s0' is not RUN=FRAMEWORK"),
+                        (["--group", "trl-s0=trl@x"], "seed 'x' of 'trl-s0' is not an integer"),
+                        (["--family", "custom"], "custom needs at least one --family-of"),
+                        (["--family", "custom", "--family-of", "x=verl*"], "arm 'trl-s0@10' matches none of verl"),
+                        (["--delta", "150"], "delta: 1.5 must be in"),
+                        (["--across", "split"], "across: 'split' is not an axis")):
+        out = runner.invoke(app, ["compare", str(csv_path), "--baseline", "baseline", "--n-boot", "200", *args])
+        assert out.exit_code != 0 and match in str(out.exception or out.output), (args, out.output)

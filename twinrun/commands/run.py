@@ -1,9 +1,14 @@
-"""`twinrun run SPEC --out DIR`: one arm end to end: train (each backend) -> sweep -> compare -> report.
+"""`twinrun run SPEC --out DIR [--seeds 42,123,456]`: one arm end to end: train (each backend, each seed) -> sweep ->
+compare -> report.
 
 Layout under DIR (every stage resumable; a rerun with --resume skips what is complete):
-    runs/<backend>/      training run (checkpoints/, metrics.jsonl, resolved config)
-    sweep/               held-out evaluation of every checkpoint + the same-sweep baseline
-    report/              report.md, compare.json, figures/
+    runs/<backend>/          training run (checkpoints/, metrics.jsonl, resolved config); with --seeds:
+    runs/<backend>-s<seed>/  one run per backend and seed (the spec's seed set to it)
+    sweep/                   held-out evaluation of every checkpoint of every run + one same-sweep baseline
+    report/                  report.md, compare.json, figures/
+
+With >= 2 seeds per backend, compare judges the framework difference against the seeds' own variation (each
+run's backend and seed come from its records); with one, the report says framework and seed are confounded.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ def run(
     sets: list[str] = SetOption,
     cache: Path | None = CacheOption,
     backend: list[str] = typer.Option([], "--backend", help="only these backends (default: the spec's)"),
+    seeds: str | None = typer.Option(None, "--seeds", help="train each backend once per seed, e.g. 42,123,456 (the "
+                                     "spec's seed set to each); compare then separates framework from seed"),
 ) -> None:
-    """Train SPEC under each backend, sweep every checkpoint with a baseline, compare the curves, write a report."""
+    """Train SPEC under each backend (and seed), sweep every checkpoint with a baseline, compare, write a report."""
     from twinrun.backends import registry
     from twinrun.core import compare as cmp
     from twinrun.core import report as rep
@@ -39,6 +46,7 @@ def run(
     from twinrun.plan import build_plan
 
     console = Console()
+    seed_list = parse_seeds(seeds)
     spec = spec_from_cli(spec_path, sets)
     backends = backend or list(spec.backends)
     plan = build_plan(spec)
@@ -54,17 +62,18 @@ def run(
         f"[bold]twinrun run[/] {spec.name}: backends {', '.join(backends)}; per step "
         f"{counts['curation_trajectories']} curation rollouts, {counts['executor_episodes']} executor episodes, "
         f"{counts['optimizer_updates']} update(s); {spec.steps} steps"
+        + (f"; seeds {', '.join(map(str, seed_list))} ({len(seed_list) * len(backends)} runs)" if seed_list else "")
     )
     timings: dict[str, float] = {}
     run_dirs: dict[str, Path] = {}
-    for b in backends:
-        run_dir = out / "runs" / b
+    for name, b, run_spec in seed_runs(spec_path, sets, backends, seed_list):
+        run_dir = out / "runs" / name
         t0 = time.time()
-        console.rule(f"train: {b}")
+        console.rule(f"train: {name}" + (f" (seed {run_spec.seed})" if seed_list else ""))
         # a backend whose run never started (no spec.yaml yet) starts fresh even under --resume
-        registry.trainer(b)(spec, run_dir, resume=(run_dir / "spec.yaml").exists(), cache_dir=cache_dir(cache))
-        timings[f"train {b}"] = time.time() - t0
-        run_dirs[b] = run_dir
+        registry.trainer(b)(run_spec, run_dir, resume=(run_dir / "spec.yaml").exists(), cache_dir=cache_dir(cache))
+        timings[f"train {name}"] = time.time() - t0
+        run_dirs[name] = run_dir
 
     console.rule("sweep")
     t0 = time.time()
@@ -96,7 +105,40 @@ def run(
     console.rule("summary")
     console.print(f"held-out games per arm: {result.n_games}; arms: {len(result.arms)}")
     for pair in comparison.get("pairs", []):
-        console.print(f"  {pair['a']} vs {pair['b']}: [bold]{pair['verdict']}[/] ({pair['criterion']})")
+        console.print(f"  {pair['a']} vs {pair['b']}: [bold]{pair['verdict']}[/]. {pair['explanation']}")
+    frameworks = comparison.get("frameworks") or {}
+    for c in frameworks.get("comparisons") or []:
+        if c.get("verdict"):
+            console.print(f"  framework {c['a']} vs {c['b']}: [bold]{c['verdict']}[/]. {c['explanation']}")
+    if frameworks.get("note"):
+        console.print(f"  [yellow]{frameworks['note']}[/]")
     for name, secs in timings.items():
         console.print(f"  {name}: {secs:.0f} s")
     console.print(f"report: {report_path}")
+
+
+def parse_seeds(value: str | None) -> list[int]:
+    """``42,123,456`` -> [42, 123, 456] (distinct, in the given order); None -> []."""
+    if value is None:
+        return []
+    out: list[int] = []
+    for item in value.split(","):
+        try:
+            seed = int(item.strip())
+        except ValueError:
+            raise TwinrunError(f"--seeds: {item.strip()!r} is not an integer (fix: e.g. --seeds 42,123,456)") from None
+        if seed in out:
+            raise TwinrunError(f"--seeds: seed {seed} is given twice (fix: distinct seeds)")
+        out.append(seed)
+    if not out:
+        raise TwinrunError("--seeds: no seed given (fix: e.g. --seeds 42,123,456)")
+    return out
+
+
+def seed_runs(spec_path: Path, sets: list[str], backends: list[str], seeds: list[int]) -> list[tuple[str, str, object]]:
+    """(run name, backend, spec) for every training run: one per backend, or one per backend and seed (the spec's
+    seed set to it, so each run records its seed in its own provenance)."""
+    if not seeds:
+        spec = spec_from_cli(spec_path, sets)
+        return [(b, b, spec) for b in backends]
+    return [(f"{b}-s{s}", b, spec_from_cli(spec_path, [*sets, f"seed={s}"])) for s in seeds for b in backends]

@@ -44,6 +44,9 @@ def sweep_cmd(
     spec_path: Path = typer.Option(..., "--spec", help="experiment spec (executor, environment, prompts)"),
     out: Path = typer.Option(..., "--out", help="sweep folder (sweep.json + arms/*.jsonl); rerun to resume"),
     sets: list[str] = SetOption,
+    executor: str | None = typer.Option(None, "--executor", help="the executor model (sets executor.model) and the "
+                                        "sweep's name for it; compare --across executor sets sweeps of several "
+                                        "executors side by side"),
     ray: str | None = typer.Option(None, "--ray", help="fan arms out over Ray: an address, or 'local'"),
     ray_cpus: int | None = typer.Option(None, "--ray-cpus", help="CPUs of a --ray local cluster"),
     replicates: list[str] = typer.Option([], "--replicates", help="replicate arms: baseline[:N], RUN, RUN:STEP,..."),
@@ -61,6 +64,8 @@ def sweep_cmd(
     from twinrun.cliutil import print_json, spec_from_cli
     from twinrun.core import sweep as sw
 
+    if executor is not None:
+        sets = [*sets, f"executor.model={executor}"]
     spec = spec_from_cli(spec_path, sets)
     base_reps, run_reps = parse_replicates(replicates)
     if curator == "hf":
@@ -81,7 +86,8 @@ def sweep_cmd(
     if as_json:
         print_json(result.summary())
         return
-    typer.echo(f"sweep {result.sweep_id}: {len(result.arms)} arms x {result.n_games} games in {out}")
+    typer.echo(f"sweep {result.sweep_id} (executor {sw.executor_name(spec)}): {len(result.arms)} arms x "
+               f"{result.n_games} games in {out}")
     for name, a in result.arms.items():
         typer.echo(f"  {name}: {a.successes} successes, {a.unmeasured} unmeasured"
                    + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else ""))

@@ -4,6 +4,7 @@
   band, the baseline's own uncertainty as a grey band around 0, and significance markers (filled: significant
   after Holm within its family; hollow: nominal p < alpha only).
 - :func:`plot_peak_distribution`: the bootstrap distribution of each run's peak checkpoint.
+- :func:`plot_transfer`: lift per checkpoint on one executor against the other (a comparison across executors).
 - :func:`plot_training_dynamics`: reward terms, entropy, KL, grad norm, positions measured and executor calls
   per step, from each run's `metrics.jsonl` (one line per run/backend).
 """
@@ -105,6 +106,52 @@ def plot_peak_distribution(result: Mapping[str, Any], path: str | Path) -> Path:
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_title("Bootstrap distribution of the peak checkpoint (share of resamples)", fontsize=9)
     axes[-1].set_xlabel("checkpoint (training step)")
+    return _save(fig, path)
+
+
+def plot_transfer(result: Mapping[str, Any], path: str | Path) -> Path:
+    """Scatter of each checkpoint's lift on executor A (x) against executor B (y), with both bootstrap intervals,
+    one panel per pair of executors, one colour per run; the diagonal marks equal lifts."""
+    transfers = result.get("transfer") or []
+    fig = _figure(5.2 * max(len(transfers), 1), 5.0)
+    if not transfers:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.text(0.5, 0.5, "no pair of executors", ha="center", va="center")
+        ax.set_axis_off()
+        return _save(fig, path)
+    axes = fig.subplots(1, len(transfers), squeeze=False)[0]
+    for ax, t in zip(axes, transfers):
+        runs = sorted({pt["run"] for pt in t["points"]})
+        xs_all, ys_all = [], []
+        for i, run in enumerate(runs):
+            color, marker, _ = _STYLES[i % len(_STYLES)]
+            pts = [pt for pt in t["points"] if pt["run"] == run]
+            x = [100 * pt["lift_a"] for pt in pts]
+            y = [100 * pt["lift_b"] for pt in pts]
+            xerr = [[100 * (pt["lift_a"] - (pt["lift_a_ci"][0] if pt["lift_a_ci"][0] is not None else pt["lift_a"])) for pt in pts],
+                    [100 * ((pt["lift_a_ci"][1] if pt["lift_a_ci"][1] is not None else pt["lift_a"]) - pt["lift_a"]) for pt in pts]]
+            yerr = [[100 * (pt["lift_b"] - (pt["lift_b_ci"][0] if pt["lift_b_ci"][0] is not None else pt["lift_b"])) for pt in pts],
+                    [100 * ((pt["lift_b_ci"][1] if pt["lift_b_ci"][1] is not None else pt["lift_b"]) - pt["lift_b"]) for pt in pts]]
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=color, ms=5, elinewidth=0.6, alpha=0.85, label=run)
+            for pt, xi, yi in zip(pts, x, y):
+                ax.annotate(str(pt["checkpoint"]), (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            xs_all += x
+            ys_all += y
+        lim = max([abs(v) for v in xs_all + ys_all] + [1.0]) * 1.15
+        ax.plot([-lim, lim], [-lim, lim], color="0.6", lw=0.8, ls="--")
+        ax.axhline(0, color="0.4", lw=0.6)
+        ax.axvline(0, color="0.4", lw=0.6)
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+        pooled = t["pooled"]
+        r_txt = ("r undefined" if pooled["pearson"] is None else
+                 f"r = {pooled['pearson']:.2f} [{pooled['pearson_ci'][0]:.2f}, {pooled['pearson_ci'][1]:.2f}], "
+                 f"n = {pooled['n']}")
+        ax.set_title(f"{t['a']} vs {t['b']}: {r_txt}", fontsize=9)
+        ax.set_xlabel(f"lift on {t['a']} (pp)")
+        ax.set_ylabel(f"lift on {t['b']} (pp)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
     return _save(fig, path)
 
 

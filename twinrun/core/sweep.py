@@ -99,6 +99,8 @@ class EvalRecord(EpisodeRecord):
     curator_ops: list[CuratorOp] = Field(default_factory=list)
     curator_error: str | None = None  # the curator turn could not be generated (infrastructure): no ops applied
     run_spec_hash: str | None = None  # the spec the run was trained with (provenance.spec_hash: the sweep's)
+    run_seed: int | None = None  # the seed the run was trained with (provenance.seed: the sweep's)
+    executor: str | None = None  # the sweep's executor by name (`sweep --executor`, or executor.model / kind)
     provenance: Provenance
 
 
@@ -124,6 +126,7 @@ class ArmPlan:
     checkpoint_path: str | None = None
     checkpoint_hash: str | None = None
     checkpoint_stat: str | None = None  # fingerprint of names, sizes, mtimes (when to re-hash)
+    run_seed: int | None = None  # the training run's seed (its records' provenance, else its spec.yaml)
 
 
 @dataclass
@@ -139,6 +142,7 @@ class SweepPlan:
     created: float
     twinrun_version: str
     arms: list[ArmPlan] = field(default_factory=list)
+    executor: str | None = None  # the executor's name: what a comparison across executors tells sweeps apart by
     schema_version: int = SWEEP_SCHEMA_VERSION
 
     @property
@@ -240,22 +244,36 @@ def checkpoint_fingerprint(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _run_identity(run_dir: Path) -> tuple[str | None, str | None]:
-    """(backend, spec hash) of a training run, from its metrics.jsonl provenance or spec.yaml."""
+def _run_identity(run_dir: Path) -> tuple[str | None, str | None, int | None]:
+    """(backend, spec hash, seed) of a training run, from its metrics.jsonl provenance (both backends record the
+    spec's seed there) or else its spec.yaml."""
     paths = RunPaths(run_dir)
-    backend = spec_hash = None
+    backend = spec_hash = seed = None
     for row in read_jsonl(paths.metrics):
-        backend = row.get("backend") or (row.get("provenance") or {}).get("backend")
-        spec_hash = (row.get("provenance") or {}).get("spec_hash")
+        prov = row.get("provenance") or {}
+        backend = row.get("backend") or prov.get("backend")
+        spec_hash, seed = prov.get("spec_hash"), prov.get("seed")
         break
-    if spec_hash is None and paths.spec.exists():
+    if (spec_hash is None or seed is None) and paths.spec.exists():
         from twinrun.core.spec import load_spec
 
         try:
-            spec_hash = load_spec(paths.spec).spec_hash()
+            run_spec = load_spec(paths.spec)
         except TwinrunError:
-            spec_hash = None
-    return backend, spec_hash
+            run_spec = None
+        if run_spec is not None:
+            spec_hash = spec_hash or run_spec.spec_hash()
+            seed = run_spec.seed if seed is None else seed
+    return backend, spec_hash, seed
+
+
+def executor_name(spec: Any) -> str:
+    """The executor a sweep plays with, by name: executor.model (``sweep --executor`` sets it), else its kind."""
+    return str(spec.executor.model or spec.executor.kind)
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text).strip("-")[:40] or "executor"
 
 
 def parse_run_dirs(run_dirs: Sequence[str | Path]) -> dict[str, Path]:
@@ -308,9 +326,10 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
         plan = existing
     else:
         plan = SweepPlan(
-            sweep_id=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            sweep_id=f"{spec.name}-{_slug(executor_name(spec))}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
             spec_name=spec.name, spec_hash=spec.spec_hash(), split=split, games=game_dicts, games_hash=games_hash(ids),
             executor_settings_hash=executor_settings_hash, seed=spec.seed, created=time.time(),
+            executor=executor_name(spec),
             twinrun_version=twinrun_version(),
         )
     have = {a.arm: a for a in plan.arms}
@@ -339,7 +358,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
                 f"RUN_DIR: {str(run_dir)!r} has no checkpoints/step-NNNNNN with config.json (fix: train first, or "
                 "point at the run folder that holds checkpoints/)"
             )
-        backend, run_spec = _run_identity(run_dir)
+        backend, run_spec, run_seed = _run_identity(run_dir)
         want = reps.get(run, ())
         for step, path in ckpts:
             known = have.get(arm_name(run, step))
@@ -348,7 +367,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             chash = known.checkpoint_hash if known and known.checkpoint_stat == stat else checkpoint_hash(path)
             for r in range(2 if (want == "all" or step in want) else 1):
                 add(ArmPlan(arm=arm_name(run, step, r), role="checkpoint", replicate=r, run=run,
-                            run_dir=str(Path(run_dir).resolve()), backend=backend, run_spec_hash=run_spec,
+                            run_dir=str(Path(run_dir).resolve()), backend=backend, run_spec_hash=run_spec, run_seed=run_seed,
                             checkpoint_step=step, checkpoint_path=str(path.resolve()), checkpoint_hash=chash,
                             checkpoint_stat=stat))
     out.mkdir(parents=True, exist_ok=True)
@@ -571,7 +590,8 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
                 **fields, position=i + 1, sweep_id=plan.sweep_id, arm=arm.arm, role=arm.role, run=arm.run,
                 checkpoint_step=arm.checkpoint_step, replicate=arm.replicate, game_index=i, n_games=n,
                 games_hash=plan.games_hash, repo_skills=size, repo_chars=chars, curator_calls=calls,
-                curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash,
+                curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash, run_seed=arm.run_seed,
+                executor=plan.executor,
                 provenance=prov.model_copy(update={"time": time.time()}),
             )
             writer.write(row)

@@ -1,29 +1,36 @@
 """`twinrun compare`: paired statistics of checkpoint arms against a same-sweep baseline, and a stated,
-tested verdict on whether two runs' checkpoint curves share a shape.
+pre-registered verdict on whether two runs' (or two frameworks') checkpoint curves share a shape.
 
 Inputs are either per-game arms (rows written by `twinrun sweep`: one row per game per arm) or published
-per-checkpoint summaries (CSV ``run,checkpoint,n,successes[,b,c]``, ``run=<baseline>`` rows give the baseline).
-Per-game arms support every statistic; summaries only those that counts support, and the output lists what was
-skipped or approximated.
+per-checkpoint summaries (CSV ``run,checkpoint,n,successes[,b,c][,framework,seed][,executor]``; ``run=<baseline>``
+rows give the baseline). Per-game arms support every statistic; summaries only those that counts support, and the
+output lists what was skipped or approximated.
 
-What is computed (the math lives in :mod:`twinrun.core.compare.stats` and
-:mod:`twinrun.core.compare.clogit`, pure functions of arrays):
+What is computed:
 - per arm vs baseline: exact McNemar on the discordant games b, c; the lift (arm - baseline success rate over
-  games measured in both) with a paired bootstrap CI over games; the minimum detectable effect at the stated
-  power; Holm, Benjamini-Hochberg and Bonferroni within each declared family (default: one family per run).
+  games measured in both) with a paired bootstrap CI over games; Holm, Benjamini-Hochberg and Bonferroni within
+  each multiplicity family (``run``, ``all`` or ``custom``, with its size); the minimum detectable lift by exact
+  power at the family's per-arm level.
 - per run (its lifts over checkpoints): peak checkpoint and the bootstrap distribution of the argmax, strict
-  sign changes of the lift (crossings of the baseline), final - peak, linear trend, Cochran's Q across
-  checkpoints, the curve's reliability (share of between-checkpoint variance that is not sampling noise) and,
-  when replicate arms exist, the test-retest correlation of the curve with its replicate.
-- per pair of runs: Pearson and Spearman of per-checkpoint lifts with a bootstrap that resamples games jointly
-  across all arms, noise ceilings, a run x checkpoint interaction test with game effects, and a verdict.
+  sign changes of the lift (crossings of the baseline), final vs peak without the winner's curse (cross-fitted
+  on per-game input), linear trend, Cochran's Q across checkpoints, shape noise and reliability, and, when
+  replicate arms exist, the test-retest correlation of the curve with its replicate.
+- per pair of runs: Pearson and Spearman of per-checkpoint lifts (and Pearson on linearly detrended lifts) with a
+  bootstrap that resamples games jointly across all arms, noise ceilings, a run x checkpoint interaction test with
+  game effects (and, when it is significant, whether one amplitude explains it), the equivalence band of the
+  centred curves, and the verdict (see :mod:`.verdict`) with the games that would decide.
+- per pair of frameworks (runs grouped by backend and training seed): the framework verdict against the seeds'
+  own variation, or the plain statement that one run per framework confounds framework with seed.
+- across executors (``across="executor"``): each sweep against its own baseline, and the transfer of lifts.
 
 Unmeasured rows (infrastructure failures) are excluded from every denominator and counted; an arm with more
-than `max_unmeasured_share` unmeasured rows is flagged. Arms from different sweeps or game lists are refused.
+than `max_unmeasured_share` unmeasured rows is flagged. Arms from different sweeps or game lists are refused,
+unless the comparison is across executors.
 
-Modules: ``model`` (settings, tables), ``load`` (sweep arms, summary CSVs), ``stats`` and ``clogit`` (pure
-statistics, no I/O), ``curves`` (per-run curves and pairs), ``verdict`` (the rule), ``games`` / ``summary`` (the two
-kinds of input), ``render`` (JSON), ``synthetic`` (sweeps with a known truth).
+Modules: ``model`` (settings, tables), ``load`` (sweep arms, summary CSVs), ``stats``, ``shape``, ``power`` and
+``clogit`` (pure statistics, no I/O), ``families`` (multiplicity), ``curves`` (per-run curves and pairs),
+``verdict`` (the rule), ``frameworks`` (seeds), ``games`` / ``summary`` (the two kinds of input), ``transfer``
+(across executors), ``render`` (JSON), ``synthetic`` (sweeps with a known truth, the planted cases).
 """
 
 from __future__ import annotations
@@ -32,25 +39,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.compare.games import compare_games
-from twinrun.core.compare.load import load_game_table, load_summary_csv
+from twinrun.core.compare.games import analyse_games, compare_games
+from twinrun.core.compare.load import load_game_table, load_game_tables, load_summary_csv, load_summary_tables
 from twinrun.core.compare.model import ArmInfo, CompareError, CompareSettings, GameTable, SummaryTable
 from twinrun.core.compare.render import COMPARE_SCHEMA_VERSION, to_json
-from twinrun.core.compare.summary import SUMMARY_SKIPPED_ALWAYS, compare_summaries
+from twinrun.core.compare.summary import SUMMARY_SKIPPED_ALWAYS, analyse_summaries, compare_summaries
 from twinrun.core.compare.synthetic import synthetic_game_table
-from twinrun.core.compare.verdict import AGREE, DIFFER, NO_EVIDENCE, verdict
+from twinrun.core.compare.transfer import compare_across
+from twinrun.core.compare.verdict import AGREE, CO_MOVE, DIFFER, NO_EVIDENCE, VERDICTS, decide
 
 __all__ = [
-    "AGREE", "COMPARE_SCHEMA_VERSION", "DIFFER", "NO_EVIDENCE", "SUMMARY_SKIPPED_ALWAYS", "ArmInfo", "CompareError",
+    "AGREE", "CO_MOVE", "COMPARE_SCHEMA_VERSION", "DIFFER", "NO_EVIDENCE", "VERDICTS", "decide", "SUMMARY_SKIPPED_ALWAYS", "ArmInfo", "CompareError",
     "CompareSettings", "GameTable", "SummaryTable", "compare", "compare_games", "compare_summaries",
-    "load_game_table", "load_summary_csv", "synthetic_game_table", "to_json", "verdict",
+    "compare_across", "load_game_table", "load_game_tables", "load_summary_csv", "load_summary_tables", "synthetic_game_table", "to_json",
 ]
 
 
 def compare(inputs: Sequence[str | Path], baseline: str = "baseline", settings: CompareSettings | None = None) -> dict[str, Any]:
-    """Compare arms (sweep folders / arm JSONL) or published summaries (CSV) against `baseline`.
+    """Compare arms (sweep folders / arm JSONL) or published summaries (CSV) against `baseline`; with
+    ``settings.across`` several sweeps (or the executor column of one CSV), each against its own baseline, and the
+    transfer of lifts between them.
 
-    Returns the JSON-able result (`--json` prints it; `write_report` renders it).
+    Returns the JSON-able result (`--json` prints it; `write_report` renders it; docs/compare-json.md documents it).
     """
     settings = settings or CompareSettings()
     if not inputs:
@@ -61,6 +71,19 @@ def compare(inputs: Sequence[str | Path], baseline: str = "baseline", settings: 
         raise CompareError("inputs: mix of summary CSVs and per-game arms (fix: compare one kind at a time)")
     if len(csvs) > 1:
         raise CompareError(f"inputs: {len(csvs)} summary CSVs (fix: put all runs and the baseline in one CSV)")
+    if settings.across:
+        if csvs:
+            tables = load_summary_tables(csvs[0], baseline)
+            if any(t.executor is None for t in tables):
+                raise CompareError(f"{csvs[0]}: --across executor needs an executor column (fix: add it, one baseline "
+                                   "row per executor)")
+            return compare_across([(str(t.executor), analyse_summaries(t, baseline, settings)) for t in tables], settings)
+        game_tables = load_game_tables(paths, several=True)
+        for t in game_tables:
+            if t.executor is None:
+                raise CompareError(f"sweep {t.sweep_id!r} records no executor name (fix: sweep it with --executor NAME, "
+                                   "or an executor.model in the spec)")
+        return compare_across([(str(t.executor), analyse_games(t, baseline, settings)) for t in game_tables], settings)
     if csvs:
         return compare_summaries(load_summary_csv(csvs[0], baseline), baseline, settings)
     return compare_games(load_game_table(paths), baseline, settings)

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
 import numpy as np
 
-from twinrun.core.compare import clogit
+from twinrun.core.compare import clogit, families, frameworks, shape
+from twinrun.core.compare import power as pw
 from twinrun.core.compare import stats as cs
-from twinrun.core.compare.curves import _Curve, _pair_core, _run_curves, _shared
+from twinrun.core.compare.curves import Curve, pair_core, run_curves, shared_steps
 from twinrun.core.compare.model import ArmInfo, CompareError, CompareSettings, GameTable
-from twinrun.core.compare.render import COMPARE_SCHEMA_VERSION, _clean, _settings_dict
+from twinrun.core.compare.render import COMPARE_SCHEMA_VERSION, clean, settings_dict
 
 
-def _split_baseline(arms: list[ArmInfo], baseline: str) -> int:
+def split_baseline(arms: list[ArmInfo], baseline: str) -> int:
     names = [a.name for a in arms]
     if baseline not in names:
         raise CompareError(
@@ -23,20 +25,31 @@ def _split_baseline(arms: list[ArmInfo], baseline: str) -> int:
     return names.index(baseline)
 
 
-def _family(arm: ArmInfo, settings: CompareSettings) -> str | None:
-    if arm.role != "checkpoint" or arm.replicate != 0:
-        return None  # replicates and baseline replicates measure noise; they are not hypotheses
-    return "all" if settings.family == "all" else f"run:{arm.run}"
+@dataclass
+class Analysis:
+    """What a comparison computed besides its JSON result: the lifts and their resamples by arm (for comparisons
+    across sweeps)."""
+
+    result: dict[str, Any]
+    arms: list[ArmInfo]
+    lift: np.ndarray  # [A]
+    boot_lift: np.ndarray  # [R, A]
+    games_hash: str | None
 
 
 def compare_games(table: GameTable, baseline: str, settings: CompareSettings) -> dict[str, Any]:
-    """All statistics on per-game outcomes (see module docstring)."""
-    base_i = _split_baseline(table.arms, baseline)
+    """All statistics on per-game outcomes (see the package docstring)."""
+    return analyse_games(table, baseline, settings).result
+
+
+def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) -> Analysis:
+    base_i = split_baseline(table.arms, baseline)
     y = table.outcomes
     base = y[base_i]
     n_games = y.shape[1]
     others = [i for i in range(len(table.arms)) if i != base_i]
     arms = [table.arms[i] for i in others]
+    frameworks.apply_groups(arms, settings)
     ya = y[others]
     rng = np.random.default_rng(settings.seed)
     idx = cs.resample_indices(n_games, settings.n_boot, rng)
@@ -54,8 +67,10 @@ def compare_games(table: GameTable, baseline: str, settings: CompareSettings) ->
     pvals = np.array([cs.mcnemar_exact(b, c) for b, c in zip(pc.b, pc.c)])
     with np.errstate(invalid="ignore", divide="ignore"):
         p_disc = (pc.b + pc.c) / np.maximum(pc.n_pairs, 1)
-    mde = cs.mde_paired(pc.n_pairs, p_disc, settings.alpha, settings.power)
-    fams = [_family(a, settings) for a in arms]
+    fams = families.assign(arms, settings)
+    fam_size = families.sizes(fams)
+    alpha_arm = families.per_arm_alpha(fams, settings)
+    mde = pw.mde_mcnemar_exact(pc.n_pairs, p_disc, alpha_arm, settings.power)
     adj = cs.adjust_pvalues(pvals, fams)
 
     flags: list[str] = []
@@ -73,7 +88,9 @@ def compare_games(table: GameTable, baseline: str, settings: CompareSettings) ->
         measured = int((~np.isnan(ya[j])).sum())
         arm_rows.append({
             "arm": a.name, "run": a.run, "checkpoint": a.checkpoint, "replicate": a.replicate, "role": a.role,
-            "family": fams[j], "n_games": n_games, "n_measured": measured, "n_unmeasured": a.n_unmeasured,
+            "framework": a.framework, "seed": a.seed, "checkpoint_hash": a.checkpoint_hash,
+            "family": fams[j], "family_size": fam_size.get(fams[j]) if fams[j] else None,
+            "n_games": n_games, "n_measured": measured, "n_unmeasured": a.n_unmeasured,
             "n_missing": a.n_missing, "unmeasured_share": a.n_unmeasured / max(n_games - a.n_missing, 1),
             "flagged": any(f.startswith(a.name + ":") for f in flags),
             "n_pairs": int(pc.n_pairs[j]),
@@ -82,29 +99,46 @@ def compare_games(table: GameTable, baseline: str, settings: CompareSettings) ->
             "lift": lift[j], "lift_ci": [lo[j], hi[j]], "ci_method": "paired bootstrap over games",
             "b": int(pc.b[j]), "c": int(pc.c[j]), "test": "exact McNemar (binomial on b, c)",
             "p_value": pvals[j], "p_holm": adj["holm"][j], "p_bh": adj["bh"][j], "p_bonferroni": adj["bonferroni"][j],
-            "mde": mde[j],
+            "mde": mde[j], "mde_alpha": alpha_arm[j],
+            "mde_method": "exact McNemar power at the family's per-arm level (alpha / family size), discordance as observed",
         })
 
-    runs, curves = _run_curves(arms, lift, boot_lift, settings, rng, ya=ya, adj_holm=adj["holm"])
-    pairs = [_pair_games(ra, rb, curves, arms, ya, n_games, settings) for ra, rb in combinations(sorted(curves), 2)]
+    # cross-fitting splits the games once, with a stream of its own (the bootstrap above is unchanged by it)
+    fold_rng = np.random.default_rng([settings.seed, 1])
+    fold = (fold_rng.permutation(n_games) < n_games // 2).astype(np.int64)
+
+    def final_vs_peak(jj: np.ndarray) -> dict[str, Any]:
+        est = float(shape.crossfit_final_vs_peak(pc.diff[jj], pc.mask[jj], ones, fold, fold_rng)[0])
+        boot = shape.crossfit_final_vs_peak(pc.diff[jj], pc.mask[jj], w, fold, fold_rng)
+        ci_lo, ci_hi = cs.percentile_ci(boot, settings.level)
+        return {"method": "cross-fitted: the peak picked on one half of the games, its lift taken on the other "
+                          "half, both ways, averaged; paired bootstrap over games",
+                "estimate": est, "ci": [ci_lo, ci_hi], "below_peak": bool(ci_hi < 0)}
+
+    runs, curves = run_curves(arms, lift, boot_lift, settings, rng, ya=ya, adj_holm=adj["holm"],
+                              final_vs_peak=final_vs_peak)
+    confounded = frameworks.is_confounded(curves)
+    pairs = [_pair_games(curves[ra], curves[rb], ya, n_games, settings, confounded)
+             for ra, rb in combinations(sorted(curves), 2)]
 
     result = {
         "schema_version": COMPARE_SCHEMA_VERSION, "kind": "comparison", "source": "per-game",
-        "sweep_id": table.sweep_id, "games_hash": table.games_hash, "n_games": n_games,
-        "settings": _settings_dict(settings),
+        "sweep_id": table.sweep_id, "games_hash": table.games_hash, "executor": table.executor, "n_games": n_games,
+        "settings": settings_dict(settings),
         "baseline": {"arm": baseline, "n_measured": int(base_mask.sum()), "n_unmeasured": base_arm.n_unmeasured,
                      "n_missing": base_arm.n_missing, "success_rate": base_rate, "ci": [blo, bhi]},
-        "arms": arm_rows, "runs": runs, "pairs": pairs, "flags": flags, "skipped": [],
+        "families": families.summary(arms, fams, adj, settings),
+        "arms": arm_rows, "runs": runs, "pairs": pairs, "frameworks": frameworks.analyse(curves, pairs, settings),
+        "flags": flags, "skipped": [],
     }
     if not any(a.replicate > 0 for a in arms):
         result["skipped"].append("test-retest ceiling: no replicate arms in this sweep (sweep --replicates adds them)")
-    return _clean(result)
+    return Analysis(clean(result), arms, lift, boot_lift, table.games_hash)
 
 
-def _pair_games(ra: str, rb: str, curves: dict[str, _Curve], arms: list[ArmInfo], ya: np.ndarray, n_games: int,
-                settings: CompareSettings) -> dict[str, Any]:
-    ca, cb = curves[ra], curves[rb]
-    common, ia, ib = _shared(ca, cb)
+def _pair_games(ca: Curve, cb: Curve, ya: np.ndarray, n_games: int, settings: CompareSettings,
+                confounded: bool) -> dict[str, Any]:
+    common, ia, ib = shared_steps(ca, cb)
     if len(common) >= 2:
         ja, jb = ca.arm_idx[ia], cb.arm_idx[ib]
         k = len(common)
@@ -113,8 +147,9 @@ def _pair_games(ra: str, rb: str, curves: dict[str, _Curve], arms: list[ArmInfo]
         game = np.tile(np.arange(n_games), 2 * k)
         group = np.repeat([0, 1], k * n_games)
         ckpt = np.tile(np.repeat(np.arange(k), n_games), 2)
-        inter = clogit.interaction_test(outcomes, game, group, ckpt)
+        inter = clogit.interaction_test(outcomes, game, group, ckpt, alpha=settings.alpha, level=settings.level)
     else:
         inter = {"method": "none", "statistic": None, "df": 0, "p_value": None, "n_games": 0,
-                 "note": "fewer than 2 shared checkpoints"}
-    return _pair_core(ca, cb, n_games, settings, inter, "games resampled jointly across all arms")
+                 "note": "fewer than 2 shared checkpoints", "amplitude": None}
+    cross = confounded and ca.framework != cb.framework
+    return pair_core(ca, cb, n_games, settings, inter, "games resampled jointly across all arms", confounded=cross)

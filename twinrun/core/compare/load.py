@@ -26,7 +26,14 @@ def _arm_files(path: Path) -> list[Path]:
 
 
 def load_game_table(paths: Sequence[str | Path]) -> GameTable:
-    """Read per-game eval rows (sweep output) from sweep folders and/or arm JSONL files."""
+    """Read per-game eval rows (sweep output) of one sweep from sweep folders and/or arm JSONL files."""
+    (table,) = load_game_tables(paths, several=False)
+    return table
+
+
+def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[GameTable]:
+    """Per-game eval rows, one table per sweep (sorted by executor, then sweep id). Arms of different sweeps are
+    refused unless `several` (a comparison across sweeps: each sweep is analysed against its own baseline)."""
     from twinrun.core.records import read_jsonl
 
     files: list[Path] = []
@@ -35,54 +42,65 @@ def load_game_table(paths: Sequence[str | Path]) -> GameTable:
         if not pp.exists():
             raise CompareError(f"input: {str(pp)!r} does not exist (fix: pass a sweep --out folder, arm .jsonl or .csv)")
         files.extend(_arm_files(pp))
-    rows_by_arm: dict[str, dict[str, dict[str, Any]]] = {}
-    meta: dict[str, dict[str, Any]] = {}
-    sweep_of: dict[str, str] = {}
-    hash_of: dict[str, str] = {}
+    rows_by: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}  # (sweep, arm) -> game -> row
+    hash_of: dict[str, str] = {}  # sweep -> games hash
     n_games_of: dict[str, int] = {}
-    games: dict[int, tuple[str, str]] = {}
+    games: dict[str, dict[int, tuple[str, str]]] = {}
     seen_files: set[Path] = set()
     for f in files:
         if f.resolve() in seen_files:
             continue
         seen_files.add(f.resolve())
+        sweep_of_file: dict[str, tuple[str, str]] = {}
         for n, row in enumerate(read_jsonl(f), 1):
             if row.get("kind") != "eval":
                 continue
             for key in ("arm", "game_id", "game_index", "outcome", "sweep_id", "games_hash", "n_games"):
                 if key not in row:
                     raise CompareError(f"{f}:{n}: eval row lacks {key!r} (fix: rows must come from `twinrun sweep`)")
-            arm = row["arm"]
+            arm, sweep, ghash = row["arm"], row["sweep_id"], row["games_hash"]
             if row["outcome"] not in ("success", "failure", "unmeasured"):
                 raise CompareError(f"{f}:{n}: outcome {row['outcome']!r} is not success/failure/unmeasured")
-            sweep_of.setdefault(arm, row["sweep_id"])
-            hash_of.setdefault(arm, row["games_hash"])
-            n_games_of.setdefault(arm, int(row["n_games"]))
-            if row["sweep_id"] != sweep_of[arm] or row["games_hash"] != hash_of[arm]:
+            first = sweep_of_file.setdefault(arm, (sweep, ghash))
+            if (sweep, ghash) != first:
                 raise CompareError(
-                    f"{f}:{n}: arm {arm!r} mixes rows of sweeps {sweep_of[arm]!r} and {row['sweep_id']!r} "
+                    f"{f}:{n}: arm {arm!r} mixes rows of sweeps {first[0]!r} and {sweep!r} "
                     "(fix: keep one sweep per --out folder)"
                 )
-            per = rows_by_arm.setdefault(arm, {})
+            if hash_of.setdefault(sweep, ghash) != ghash:
+                raise CompareError(
+                    f"arms of sweep {sweep!r} were played on 2 different game lists ({hash_of[sweep]}, {ghash}) "
+                    "(fix: compare arms of one sweep, which plays one game list)"
+                )
+            n_games_of[sweep] = max(n_games_of.get(sweep, 0), int(row["n_games"]))
+            per = rows_by.setdefault((sweep, arm), {})
             if row["game_id"] in per:
                 raise CompareError(
                     f"{f}:{n}: arm {arm!r} has game {row['game_id']!r} twice (fix: a sweep never writes duplicates; "
                     "do not pass the same arm from two files)"
                 )
             per[row["game_id"]] = row
-            meta.setdefault(arm, row)
-            games.setdefault(int(row["game_index"]), (row["game_id"], row.get("task_type") or ""))
-    if not rows_by_arm:
+            games.setdefault(sweep, {}).setdefault(int(row["game_index"]), (row["game_id"], row.get("task_type") or ""))
+    if not rows_by:
         raise CompareError(f"input: no eval rows in {', '.join(map(str, paths))} (fix: run `twinrun sweep` first)")
-    _refuse_mixed_sweeps(sweep_of, hash_of)
-    n_games = max(n_games_of.values())
+    if not several:
+        _refuse_mixed_sweeps(list(rows_by), hash_of)
+    tables = [_table(sweep, {arm: per for (sw, arm), per in rows_by.items() if sw == sweep}, hash_of[sweep],
+                     n_games_of[sweep], games[sweep]) for sweep in sorted(hash_of)]
+    return sorted(tables, key=lambda t: (t.executor or "", t.sweep_id or ""))
+
+
+def _table(sweep: str, rows_by_arm: dict[str, dict[str, dict[str, Any]]], ghash: str, n_games: int,
+           games: dict[int, tuple[str, str]]) -> GameTable:
     game_ids = [games[i][0] if i in games else f"<unplayed #{i}>" for i in range(n_games)]
     task_types = [games[i][1] if i in games else "" for i in range(n_games)]
     index = {g: i for i, g in enumerate(game_ids)}
+    meta = {arm: next(iter(per.values())) for arm, per in rows_by_arm.items()}
     arms: list[ArmInfo] = []
     out = np.full((len(rows_by_arm), n_games), np.nan)
     for a, (name, per) in enumerate(sorted(rows_by_arm.items(), key=lambda kv: _arm_sort_key(meta[kv[0]]))):
         m = meta[name]
+        prov = m.get("provenance") or {}
         unmeasured = 0
         for gid, row in per.items():
             if gid not in index:
@@ -91,12 +109,21 @@ def load_game_table(paths: Sequence[str | Path]) -> GameTable:
                 unmeasured += 1
             else:
                 out[a, index[gid]] = 1.0 if row["outcome"] == "success" else 0.0
+        run = m.get("run")
         arms.append(ArmInfo(
-            name=name, run=m.get("run"), checkpoint=m.get("checkpoint_step"), replicate=int(m.get("replicate") or 0),
-            role=m.get("role") or ("baseline" if m.get("run") is None else "checkpoint"),
+            name=name, run=run, checkpoint=m.get("checkpoint_step"), replicate=int(m.get("replicate") or 0),
+            role=m.get("role") or ("baseline" if run is None else "checkpoint"),
             n_unmeasured=unmeasured, n_missing=n_games - len(per),
+            # the run's backend and training seed as the sweep recorded them from the run's own records
+            framework=prov.get("backend") if run is not None else None,
+            seed=m.get("run_seed") if run is not None else None,
+            checkpoint_hash=prov.get("checkpoint_hash"),
         ))
-    return GameTable(arms, out, game_ids, next(iter(sweep_of.values())), next(iter(hash_of.values())), task_types)
+    executors = sorted({str(r.get("executor")) for per in rows_by_arm.values() for r in per.values() if r.get("executor")})
+    if len(executors) > 1:
+        raise CompareError(f"sweep {sweep!r}: rows name {len(executors)} executors ({', '.join(executors)}) "
+                           "(fix: one sweep plays one executor; sweep again into a new --out folder)")
+    return GameTable(arms, out, game_ids, sweep, ghash, task_types, executors[0] if executors else None)
 
 
 def _arm_sort_key(row: dict[str, Any]) -> tuple:
@@ -104,16 +131,17 @@ def _arm_sort_key(row: dict[str, Any]) -> tuple:
             int(row.get("replicate") or 0), row["arm"])
 
 
-def _refuse_mixed_sweeps(sweep_of: dict[str, str], hash_of: dict[str, str]) -> None:
-    sweeps = sorted(set(sweep_of.values()))
+def _refuse_mixed_sweeps(keys: list[tuple[str, str]], hash_of: dict[str, str]) -> None:
+    """keys: (sweep, arm) of every arm read; hash_of: sweep -> its game list. One sweep and one list, else refuse."""
+    sweeps = sorted({sw for sw, _ in keys})
     if len(sweeps) > 1:
-        by = {s: sorted(a for a, v in sweep_of.items() if v == s)[:3] for s in sweeps}
+        by = {s: sorted(a for sw, a in keys if sw == s)[:3] for s in sweeps}
         desc = "; ".join(f"sweep {s!r}: {', '.join(a)}" for s, a in by.items())
         raise CompareError(
             f"arms come from {len(sweeps)} different sweeps ({desc}); pairing needs one sweep and its own baseline "
-            "(fix: evaluate all runs in one `twinrun sweep`)"
+            "(fix: evaluate all runs in one `twinrun sweep`, or --across executor for sweeps of other executors)"
         )
-    hashes = sorted(set(hash_of.values()))
+    hashes = sorted({hash_of[sw] for sw in sweeps})
     if len(hashes) > 1:
         raise CompareError(
             f"arms were played on {len(hashes)} different game lists ({', '.join(hashes)}) "
@@ -135,19 +163,30 @@ def _int_field(value: str, name: str, where: str, *, optional: bool = False) -> 
 
 
 def load_summary_csv(path: str | Path, baseline: str) -> SummaryTable:
-    """Read published per-checkpoint summaries: columns run,checkpoint,n,successes[,b,c]."""
+    """Read published per-checkpoint summaries of one executor: columns run,checkpoint,n,successes[,b,c]
+    [,framework,seed]."""
+    tables = load_summary_tables(path, baseline)
+    if len(tables) > 1:
+        raise CompareError(f"{path}: rows of {len(tables)} executors ({', '.join(str(t.executor) for t in tables)}) "
+                           "(fix: --across executor to compare them, or one executor per CSV)")
+    return tables[0]
+
+
+def load_summary_tables(path: str | Path, baseline: str) -> list[SummaryTable]:
+    """Published per-checkpoint summaries: columns run,checkpoint,n,successes[,b,c][,framework,seed][,executor].
+    With an executor column, one table per executor, each with its own baseline row."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise CompareError(f"input: {str(p)!r} cannot be read ({e.strerror}; fix: pass an existing CSV)") from None
-    reader = csv.DictReader(text.splitlines())
+    reader = csv.DictReader(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     cols = [c.strip() for c in (reader.fieldnames or [])]
     missing = [c for c in ("run", "checkpoint", "n", "successes") if c not in cols]
     if missing:
         raise CompareError(f"{p}: column {missing[0]!r} is missing (fix: header run,checkpoint,n,successes[,b,c])")
-    arms: list[ArmInfo] = []
-    seen: set[tuple[str, int | None]] = set()
+    by_exec: dict[str | None, list[ArmInfo]] = {}
+    seen: set[tuple[str | None, str, int | None]] = set()
     for line, raw in enumerate(reader, 2):
         row = {k.strip(): (v or "").strip() for k, v in raw.items() if k is not None}
         where = f"{p}:{line}"
@@ -160,6 +199,8 @@ def load_summary_csv(path: str | Path, baseline: str) -> SummaryTable:
         s = _int_field(row["successes"], "successes", where)
         b = _int_field(row.get("b", ""), "b", where, optional=True)
         c = _int_field(row.get("c", ""), "c", where, optional=True)
+        seed = _int_field(row.get("seed", ""), "seed", where, optional=True)
+        executor = row.get("executor") or None
         assert n is not None and s is not None
         if n == 0:
             raise CompareError(f"{where}: n=0 (fix: a summary row needs at least one measured game)")
@@ -169,18 +210,25 @@ def load_summary_csv(path: str | Path, baseline: str) -> SummaryTable:
             raise CompareError(f"{where}: only one of b, c is given (fix: give both discordant counts or neither)")
         if b is not None and c is not None and b + c > n:
             raise CompareError(f"{where}: b + c = {b + c} exceeds n={n} (fix: discordant games are a subset of n)")
-        key = (run, None if is_base else ck)
+        key = (executor, run, None if is_base else ck)
         if key in seen:
-            raise CompareError(f"{where}: run={run!r} checkpoint={ck} appears twice (fix: one row per run and checkpoint)")
+            raise CompareError(f"{where}: run={run!r} checkpoint={ck} appears twice"
+                               + (f" for executor {executor!r}" if executor else "")
+                               + " (fix: one row per run and checkpoint)")
         seen.add(key)
         name = baseline if is_base else f"{run}@{ck}"
-        arms.append(ArmInfo(name=name, run=None if is_base else run, checkpoint=None if is_base else ck,
-                            role="baseline" if is_base else "checkpoint", n=n, successes=s, b=b, c=c))
-    bases = [a for a in arms if a.role == "baseline"]
-    if len(bases) != 1:
-        raise CompareError(
-            f"{p}: {len(bases)} rows with run={baseline!r} (fix: exactly one baseline row, or pass --baseline NAME)"
-        )
-    if len(arms) < 2:
-        raise CompareError(f"{p}: no checkpoint rows besides the baseline (fix: add run,checkpoint rows)")
-    return SummaryTable(arms, str(p))
+        by_exec.setdefault(executor, []).append(ArmInfo(
+            name=name, run=None if is_base else run, checkpoint=None if is_base else ck,
+            role="baseline" if is_base else "checkpoint", n=n, successes=s, b=b, c=c,
+            framework=(row.get("framework") or None) if not is_base else None, seed=None if is_base else seed))
+    tables = []
+    for executor, arms in sorted(by_exec.items(), key=lambda kv: kv[0] or ""):
+        of = f" for executor {executor!r}" if executor else ""
+        bases = [a for a in arms if a.role == "baseline"]
+        if len(bases) != 1:
+            raise CompareError(f"{p}: {len(bases)} rows with run={baseline!r}{of} (fix: exactly one baseline row"
+                               f"{' per executor' if executor else ''}, or pass --baseline NAME)")
+        if len(arms) < 2:
+            raise CompareError(f"{p}: no checkpoint rows besides the baseline{of} (fix: add run,checkpoint rows)")
+        tables.append(SummaryTable(arms, str(p), executor))
+    return tables

@@ -8,19 +8,34 @@ import numpy as np
 
 from twinrun.core.errors import TwinrunError
 
+
 class CompareError(TwinrunError, ValueError):
     """Inputs that cannot be compared (one line: what, which value, fix)."""
 
 
+FAMILY_RULES = ("run", "all", "custom")
+AXES = ("executor",)
+
+
 @dataclass(frozen=True)
 class CompareSettings:
+    """What a comparison is asked to do. The verdict's criterion is written from these (see `verdict`)."""
+
     alpha: float = 0.05
     power: float = 0.8
     level: float = 0.95
     n_boot: int = 10_000
     seed: int = 0
     max_unmeasured_share: float = 0.1
-    family: str = "run"  # "run": one multiplicity family per run; "all": every checkpoint arm in one family
+    # multiplicity families: "run" (one per run), "all" (every checkpoint arm in one family), "custom"
+    # (`family_map`: (family name, glob on arm names) pairs; every checkpoint arm must match one)
+    family: str = "run"
+    family_map: tuple[tuple[str, str], ...] = ()
+    rho0: float = 0.5  # "agree" needs the lower CI bound of r above this
+    delta: float = 0.05  # equivalence margin of the centred curves (success-rate units: 0.05 = 5 pp)
+    # run -> (framework, seed) overrides of what the sweep recorded (a seed of None: unknown)
+    groups: tuple[tuple[str, str, int | None], ...] = ()
+    across: str | None = None  # several sweeps that differ in this axis ("executor")
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -33,8 +48,19 @@ class CompareSettings:
             raise CompareError(f"n_boot: {self.n_boot} is too few resamples (fix: 1000 or more, default 10000)")
         if not 0 <= self.max_unmeasured_share <= 1:
             raise CompareError(f"max_unmeasured_share: {self.max_unmeasured_share} must be in [0, 1] (fix: e.g. 0.1)")
-        if self.family not in ("run", "all"):
-            raise CompareError(f"family: {self.family!r} is not a family rule (fix: 'run' or 'all')")
+        if self.family not in FAMILY_RULES:
+            raise CompareError(f"family: {self.family!r} is not a family rule (fix: run, all or custom)")
+        if self.family == "custom" and not self.family_map:
+            raise CompareError("family: custom needs at least one --family-of NAME=GLOB (fix: e.g. "
+                               "--family-of trl='trl-*')")
+        if self.family != "custom" and self.family_map:
+            raise CompareError(f"family-of: given with --family {self.family} (fix: --family custom, or drop it)")
+        if not -1 < self.rho0 < 1:
+            raise CompareError(f"rho0: {self.rho0} must be in (-1, 1) (fix: e.g. 0.5)")
+        if not 0 < self.delta < 1:
+            raise CompareError(f"delta: {self.delta} must be in (0, 1) in success-rate units (fix: 0.05 for 5 pp)")
+        if self.across is not None and self.across not in AXES:
+            raise CompareError(f"across: {self.across!r} is not an axis compare knows (fix: one of {', '.join(AXES)})")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -52,6 +78,9 @@ class ArmInfo:
     role: str = "checkpoint"  # "checkpoint" | "baseline"
     n_unmeasured: int = 0
     n_missing: int = 0
+    framework: str | None = None  # the run's backend (sweep provenance, summary column, or --group)
+    seed: int | None = None  # the run's training seed (its spec's seed, from the training run's records)
+    checkpoint_hash: str | None = None
     # published summaries only
     n: int | None = None
     successes: int | None = None
@@ -69,6 +98,7 @@ class GameTable:
     sweep_id: str | None = None
     games_hash: str | None = None
     task_types: list[str] = field(default_factory=list)
+    executor: str | None = None  # the sweep's executor (its name: `sweep --executor`, or executor.model)
 
 
 @dataclass
@@ -77,3 +107,4 @@ class SummaryTable:
 
     arms: list[ArmInfo]
     source: str = ""
+    executor: str | None = None  # the executor column's value (several summaries with --across executor)

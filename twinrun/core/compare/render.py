@@ -10,22 +10,24 @@ import numpy as np
 
 from twinrun.core.compare.model import CompareSettings
 
-COMPARE_SCHEMA_VERSION = 1
+COMPARE_SCHEMA_VERSION = 2
 
 
-def _settings_dict(s: CompareSettings) -> dict[str, Any]:
+def settings_dict(s: CompareSettings) -> dict[str, Any]:
     return {"alpha": s.alpha, "power": s.power, "level": s.level, "n_boot": s.n_boot, "seed": s.seed,
-            "max_unmeasured_share": s.max_unmeasured_share, "family": s.family}
+            "max_unmeasured_share": s.max_unmeasured_share, "family": s.family,
+            "family_map": [list(x) for x in s.family_map], "rho0": s.rho0, "delta": s.delta,
+            "groups": [{"run": r, "framework": f, "seed": sd} for r, f, sd in s.groups], "across": s.across}
 
 
-def _clean(obj: Any) -> Any:
+def clean(obj: Any) -> Any:
     """JSON-able copy: numpy scalars to Python, NaN/inf to None, tuples to lists."""
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [clean(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return [_clean(v) for v in obj.tolist()]
+        return [clean(v) for v in obj.tolist()]
     if isinstance(obj, (np.bool_,)):
         return bool(obj)
     if isinstance(obj, np.integer):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from twinrun.core.compare.model import ArmInfo, CompareError, GameTable
+from twinrun.core.compare.model import ArmInfo, CompareError, GameTable, SummaryTable
 
 
 def synthetic_game_table(shapes: dict[str, Sequence[float]], *, n_games: int = 140, steps: Sequence[int] | None = None,
@@ -50,3 +51,100 @@ def synthetic_game_table(shapes: dict[str, Sequence[float]], *, n_games: int = 1
                 add(ArmInfo(f"{run}@{step}#r1", run, int(step), 1), float(s))
     ids = [f"game-{i:04d}" for i in range(n_games)]
     return GameTable(arms, np.vstack(rows), ids, sweep_id=f"synthetic-{seed}", games_hash=f"synthetic-{n_games}")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Planted cases: two runs "a" and "b" whose truth is known (logit-scale shifts per checkpoint)
+
+SHAPE = (0.0, 1.0, 0.3, -0.6, 0.6, 1.2, -0.3, 0.2)  # ups and downs over 8 checkpoints
+_TREND = tuple(-1.2 + 2.4 * i / 7 for i in range(8))  # a shared rise
+_WIGGLE = tuple(0.3 if i % 2 else -0.3 for i in range(8))
+_RISE = tuple(-0.6 + 1.5 * i / 7 for i in range(8))
+
+PLANTED: dict[str, tuple[tuple[float, ...], tuple[float, ...], str]] = {
+    # name: (truth of run a, truth of run b, what a correct verdict is)
+    "same-shape": (SHAPE, SHAPE, "agree (with the games to show it; no evidence below that)"),
+    "opposite": (SHAPE, tuple(-s for s in SHAPE), "differ"),
+    "flat": ((0.0,) * 8, (0.0,) * 8, "no evidence"),
+    "amplitude-0.3": (SHAPE, tuple(0.3 * s for s in SHAPE), "no evidence or agree"),
+    "shared-trend-opposite-wiggles": (tuple(t + w for t, w in zip(_TREND, _WIGGLE)),
+                                      tuple(t - w for t, w in zip(_TREND, _WIGGLE)), "not agree"),
+    "final-collapse": (_RISE, _RISE[:-1] + (-0.9,), "not agree"),
+    "level-offset": (SHAPE, tuple(s + 0.5 for s in SHAPE), "agree (with the games to show it; no evidence below that)"),
+}
+
+
+def planted_table(case: str, *, n_games: int = 140, seed: int = 0, game_sd: float = 1.5,
+                  frameworks: tuple[str, str] | None = None) -> GameTable:
+    """A synthetic sweep of one planted case (see PLANTED): runs "a" and "b", 8 checkpoints, a baseline.
+    `frameworks` labels the two runs' framework (seed = the draw's seed) as a sweep would record them."""
+    if case not in PLANTED:
+        raise CompareError(f"case: {case!r} is not a planted case (fix: one of {', '.join(PLANTED)})")
+    a, b, _ = PLANTED[case]
+    table = synthetic_game_table({"a": a, "b": b}, n_games=n_games, seed=seed, game_sd=game_sd)
+    if frameworks:
+        for arm in table.arms:
+            if arm.run is not None:
+                arm.framework, arm.seed = frameworks[0 if arm.run == "a" else 1], seed
+    return table
+
+
+def write_sweep(table: GameTable, folder: str | Path, *, executor: str | None = None) -> Path:
+    """Write a synthetic table as a sweep folder (``arms/<arm>.jsonl``, the rows `twinrun sweep` writes), so the
+    CLI reads it like a real sweep."""
+    from twinrun.core.records import JsonlWriter, provenance
+    from twinrun.core.sweep import EvalRecord
+
+    out = Path(folder)
+    n = table.outcomes.shape[1]
+    for i, arm in enumerate(table.arms):
+        with JsonlWriter(out / "arms" / f"{arm.name}.jsonl", fsync=False) as w:
+            for g in range(n):
+                y = table.outcomes[i, g]
+                w.write(EvalRecord(
+                    game_id=table.game_ids[g], task_type="synthetic",
+                    outcome="unmeasured" if np.isnan(y) else ("success" if y == 1.0 else "failure"),
+                    unmeasured_reason="synthetic" if np.isnan(y) else None, sweep_id=table.sweep_id or "synthetic",
+                    arm=arm.name, role="baseline" if arm.role == "baseline" else "checkpoint", run=arm.run,
+                    checkpoint_step=arm.checkpoint, replicate=arm.replicate, game_index=g, n_games=n,
+                    games_hash=table.games_hash or "synthetic", run_seed=arm.seed, executor=executor,
+                    provenance=provenance(backend=arm.framework, checkpoint_hash=arm.checkpoint_hash),
+                ))
+    return out
+
+
+def summary_table(table: GameTable, *, baseline: str = "baseline") -> SummaryTable:
+    """The published-summary form of a synthetic table: per arm n, successes and the discordant b, c against the
+    baseline over games measured in both (replicates left out)."""
+    names = [a.name for a in table.arms]
+    base = table.outcomes[names.index(baseline)]
+    arms: list[ArmInfo] = []
+    for arm, y in zip(table.arms, table.outcomes):
+        if arm.replicate:
+            continue
+        if arm.name == baseline:
+            m = ~np.isnan(y)
+            arms.append(ArmInfo(baseline, None, None, role="baseline", n=int(m.sum()), successes=int(np.nansum(y))))
+            continue
+        m = ~np.isnan(y) & ~np.isnan(base)
+        arms.append(ArmInfo(arm.name, arm.run, arm.checkpoint, framework=arm.framework, seed=arm.seed,
+                            n=int(m.sum()), successes=int((y[m] == 1).sum()),
+                            b=int(((y == 1) & (base == 0) & m).sum()), c=int(((y == 0) & (base == 1) & m).sum())))
+    return SummaryTable(arms, "synthetic")
+
+
+def write_summary_csv(table: GameTable, path: str | Path, *, baseline: str = "baseline",
+                      executor: str | None = None, append: bool = False) -> Path:
+    """Write :func:`summary_table` as a published-summary CSV (with an executor column when `executor` is given;
+    `append` adds rows, for a second executor, under the header already written)."""
+    cols = ["run", "checkpoint", "n", "successes", "b", "c", "framework", "seed"] + (["executor"] if executor else [])
+    lines = [] if append else [",".join(cols)]
+    for a in summary_table(table, baseline=baseline).arms:
+        row = [a.run or baseline, "" if a.checkpoint is None else str(a.checkpoint), str(a.n), str(a.successes),
+               "" if a.b is None else str(a.b), "" if a.c is None else str(a.c), a.framework or "",
+               "" if a.seed is None else str(a.seed)]
+        lines.append(",".join(row + ([executor] if executor else [])))
+    p = Path(path)
+    with open(p, "a" if append else "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return p

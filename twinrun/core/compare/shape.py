@@ -1,0 +1,156 @@
+"""Statistics of curve shapes (pure; arrays in, numbers out): shape noise and reliability, detrending, the
+equivalence band of two centred curves, final vs peak without the winner's curse, and seeds' profiles."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from twinrun.core.compare.stats import linear_slope, weighted_means
+
+
+def bootstrap_cov(boot: np.ndarray) -> np.ndarray:
+    """Covariance of the K columns of boot[R, K] over resamples (rows with a NaN are left out) -> cov[K, K]."""
+    ok = ~np.isnan(boot).any(axis=1)
+    b = boot[ok]
+    if b.shape[0] < 2:
+        return np.full((boot.shape[1], boot.shape[1]), np.nan)
+    return np.atleast_2d(np.cov(b, rowvar=False))
+
+
+def shape_noise(boot: np.ndarray) -> float:
+    """Sampling noise of a curve's *shape*: the expected between-checkpoint variance that noise alone adds.
+
+    boot[R, K] resampled lifts -> (tr S - 1'S1 / K) / (K - 1), S their bootstrap covariance. Noise shared by every
+    checkpoint (the baseline's own noise, which games were drawn) moves the whole curve up or down and cancels in a
+    shape; counting it (mean of the per-checkpoint variances) overstates shape noise about 2x in a sweep where
+    arms share games.
+    """
+    k = boot.shape[1]
+    if k < 2:
+        return float("nan")
+    s = bootstrap_cov(boot)
+    return float((np.trace(s) - s.sum() / k) / (k - 1))
+
+
+def detrend(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Residuals of y on a straight line in x, along the last axis: x[K], y[..., K] -> y - fit[..., K]."""
+    x = np.asarray(x, dtype=np.float64)
+    xc = x - x.mean()
+    slope = linear_slope(x, y)
+    return y - np.mean(y, axis=-1, keepdims=True) - np.asarray(slope)[..., None] * xc
+
+
+def centred_difference_band(la: np.ndarray, ba: np.ndarray, lb: np.ndarray, bb: np.ndarray,
+                            level: float = 0.90) -> dict[str, Any]:
+    """Simultaneous bootstrap band of the difference of two centred curves.
+
+    la, lb[K] observed lifts; ba, bb[R, K] resampled with the same game draws (paired). D_k = (la_k - mean la) -
+    (lb_k - mean lb): the level is removed, the ups and downs are compared. The band is D +- c sd, sd the
+    bootstrap standard deviation of each D_k and c the `level` quantile of max_k |D*_k - D_k| / sd_k (a
+    max-t band: it covers the whole difference curve at once). Returns {"diff", "lo", "hi", "sd", "c",
+    "half_width_max" (max_k of max(|lo|, |hi|)), "dev"[R, K] (D* - D, for the sample-size calculation)}.
+    """
+    d = (la - la.mean()) - (lb - lb.mean())
+    dstar = (ba - ba.mean(axis=1, keepdims=True)) - (bb - bb.mean(axis=1, keepdims=True))
+    dev = dstar - d[None, :]
+    dev = dev[~np.isnan(dev).any(axis=1)]
+    sd = dev.std(axis=0, ddof=1) if dev.shape[0] > 1 else np.full(d.shape, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.abs(dev) / np.where(sd > 0, sd, np.inf)
+    c = float(np.quantile(t.max(axis=1), level)) if dev.shape[0] else float("nan")
+    lo, hi = d - c * sd, d + c * sd
+    return {"diff": d, "lo": lo, "hi": hi, "sd": sd, "c": c,
+            "half_width_max": float(np.max(np.maximum(np.abs(lo), np.abs(hi)))), "dev": dev}
+
+
+def crossfit_final_vs_peak(diff: np.ndarray, mask: np.ndarray, weights: np.ndarray, fold: np.ndarray,
+                           rng: np.random.Generator) -> np.ndarray:
+    """Final minus peak without the winner's curse: the peak is chosen on one half of the games and its lift
+    estimated on the other half (and the other way round); the two estimates are averaged.
+
+    diff, mask[K, G]: a run's paired differences (arm - baseline) by checkpoint, in step order (the last is the
+    final checkpoint); weights[R, G] (draw counts, or ones[1, G] for the estimate itself); fold[G] in {0, 1}.
+    Returns est[R]: mean over the two directions of L_h[final] - L_h[argmax L_other]. Ties for the peak are broken
+    at random (lifts are multiples of 1/n, ties are common).
+    """
+    halves = [weighted_means(diff, mask, weights * (fold == h)[None, :]) for h in (0, 1)]  # [R, K] each
+    out = np.zeros(weights.shape[0])
+    for pick, est in ((0, 1), (1, 0)):
+        sel = halves[pick] + rng.random(halves[pick].shape) * 1e-9
+        peak = np.argmax(np.where(np.isnan(sel), -np.inf, sel), axis=1)
+        h = halves[est]
+        out += h[:, -1] - h[np.arange(h.shape[0]), peak]
+    return out / 2.0
+
+
+def best_vs_final(lifts: np.ndarray, boot: np.ndarray, level: float = 0.95) -> dict[str, Any]:
+    """Is the final checkpoint below the best one? Comparisons with the final, simultaneous over the others.
+
+    lifts[K], boot[R, K] (the last column is the final checkpoint). T_j = (L_j - L_final) / sd_j for every other
+    checkpoint j; the final is below the best when max_j T_j exceeds the `level` quantile of the bootstrap
+    max_j (T*_j - T_j) (one-sided max-t, Hsu's comparisons with the best read from the final's side). The lower
+    bound of (best - final) is max_j (L_j - L_final - c sd_j), floored at 0. Used where games cannot be split
+    (published summaries).
+    """
+    d = lifts[:-1] - lifts[-1]
+    dstar = boot[:, :-1] - boot[:, -1:]
+    dstar = dstar[~np.isnan(dstar).any(axis=1)]
+    sd = dstar.std(axis=0, ddof=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = d / np.where(sd > 0, sd, np.inf)
+        tstar = (dstar - d[None, :]) / np.where(sd > 0, sd, np.inf)[None, :]
+    c = float(np.quantile(tstar.max(axis=1), level))
+    lower = float(max(0.0, np.max(d - c * sd)))
+    p = float(np.mean(tstar.max(axis=1) >= np.max(t)))
+    return {"best_minus_final_lower": lower, "below": bool(np.max(t) > c), "p_value": p, "c": c}
+
+
+def reliability(lifts: np.ndarray, boot: np.ndarray) -> float:
+    """Share of the between-checkpoint variance of a curve that is not sampling noise.
+
+    lifts[K] observed, boot[R, K] resampled lifts -> 1 - shape_noise(boot) / Var_k(L), clipped to [0, 1];
+    NaN for K < 3. The expected correlation of two noisy measurements of the *same* curve is about the product
+    of their square-rooted reliabilities (attenuation), which is the sampling-noise ceiling on between-run r.
+    """
+    if lifts.size < 3:
+        return float("nan")
+    total = float(np.var(lifts, ddof=1))
+    noise = shape_noise(boot)
+    if total <= 0:
+        return 0.0
+    return float(min(1.0, max(0.0, 1.0 - noise / total)))
+
+
+def profile_anova(curves: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """Do the frameworks' checkpoint profiles differ by more than their seeds' profiles do?
+
+    curves: framework -> lifts[n_seeds, K] (runs of that framework, shared checkpoints). Each run's curve is
+    centred (its level removed: a profile); the framework x checkpoint mean square is tested against the
+    seed(framework) x checkpoint mean square, the error term of a split-plot analysis with seeds random:
+    F = [SS_B / ((F - 1)(K - 1))] / [SS_W / ((N - F)(K - 1))]. Needs >= 2 frameworks, >= 2 seeds in one.
+    Returns {"statistic", "df1", "df2", "p_value", "seed_sd"} (seed_sd: the within-framework sd of a centred
+    lift, sampling noise included) or None.
+    """
+    names = sorted(curves)
+    if len(names) < 2:
+        return None
+    k = next(iter(curves.values())).shape[1]
+    cen = {f: c - c.mean(axis=1, keepdims=True) for f, c in curves.items()}
+    n_runs = sum(c.shape[0] for c in cen.values())
+    df2 = (n_runs - len(names)) * (k - 1)
+    df1 = (len(names) - 1) * (k - 1)
+    if df2 < 1 or df1 < 1:
+        return None
+    means = {f: c.mean(axis=0) for f, c in cen.items()}
+    grand = sum(cen[f].shape[0] * means[f] for f in names) / n_runs
+    ss_b = sum(cen[f].shape[0] * float(((means[f] - grand) ** 2).sum()) for f in names)
+    ss_w = sum(float(((cen[f] - means[f]) ** 2).sum()) for f in names)
+    if ss_w <= 0:
+        return None
+    f_stat = (ss_b / df1) / (ss_w / df2)
+    return {"statistic": f_stat, "df1": df1, "df2": df2, "p_value": float(stats.f.sf(f_stat, df1, df2)),
+            "seed_sd": math.sqrt(ss_w / df2)}
