@@ -17,7 +17,6 @@ from itertools import combinations
 
 import numpy as np
 
-from twinrun.core.compare import clogit
 from twinrun.core.compare import stats as cs
 from twinrun.core.compare import CompareSettings, compare_games, synthetic_game_table
 

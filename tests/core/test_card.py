@@ -146,6 +146,13 @@ def test_card_table_matches_compare_json(tmp_path, spec, tiny):
     stated = re.search(r"(\d+) of (\d+) checkpoint arms survive Holm correction", readme)
     assert stated and int(stated.group(1)) == len(survivors) and int(stated.group(2)) == len(result["arms"])
     assert all(f"`{a}`" in readme.split("survive Holm", 1)[1].split("\n")[0] for a in survivors)
+    # the family and its size, and each verdict with the one sentence that says why (compare's, verbatim)
+    sizes = sorted({f["size"] for f in result["families"].values()})
+    assert f"one family per run of {' / '.join(map(str, sizes))} arms" in readme
+    for p in result["pairs"]:
+        assert f"**{p['a']} vs {p['b']}: {p['verdict']}.** {p['explanation']}" in readme
+    assert f"Criterion (stated before looking): {result['pairs'][0]['criterion']}" in readme
+    assert result["frameworks"]["note"] and f"- Note: {result['frameworks']['note']}." in readme
 
     # provenance: the sweep's checkpoint hashes; each subfolder loads with transformers
     plan = sw.load_plan(sweep)

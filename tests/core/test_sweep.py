@@ -152,6 +152,40 @@ def test_sweep_rows_provenance_resume_noop_and_compare(tmp_path: Path, smoke_spe
 
     result = compare([out], "baseline", CompareSettings(n_boot=200))
     assert [a["arm"] for a in result["arms"]] == ["trl@2"] and result["sweep_id"] == plan.sweep_id
+    # the executor the sweep played is on every row and in the comparison (what --across executor groups by)
+    assert plan.executor == sw.executor_name(spec) and {r["executor"] for r in rows + base} == {plan.executor}
+    assert result["executor"] == plan.executor
+
+
+def test_run_identity_reads_backend_and_seed_from_the_runs_records(tmp_path: Path, smoke_spec_path: Path) -> None:
+    """A run's backend and training seed come from its metrics.jsonl provenance, else its spec.yaml: what compare
+    groups runs by (framework x seed) and `run --seeds` relies on."""
+    run = tmp_path / "verl-s123"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "provenance": {"backend": "verl", "seed": 123,
+                                                                             "spec_hash": "abc"}}) + "\n")
+    assert sw._run_identity(run) == ("verl", "abc", 123)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "spec.yaml").write_text(smoke_spec_path.read_text())
+    spec = load_spec(bare / "spec.yaml")
+    assert sw._run_identity(bare) == (None, spec.spec_hash(), spec.seed)
+
+
+def test_run_seeds_option_makes_one_run_per_backend_and_seed(smoke_spec_path: Path) -> None:
+    from twinrun.commands.run import parse_seeds, seed_runs
+    from twinrun.core.errors import TwinrunError
+
+    assert parse_seeds("42, 123,456") == [42, 123, 456] and parse_seeds(None) == []
+    for bad, msg in (("42,x", "'x' is not an integer"), ("1,1", "seed 1 is given twice")):
+        with pytest.raises(TwinrunError, match=msg):
+            parse_seeds(bad)
+    runs = seed_runs(smoke_spec_path, [], ["trl", "verl"], [42, 7])
+    assert [(n, b, s.seed) for n, b, s in runs] == [("trl-s42", "trl", 42), ("verl-s42", "verl", 42),
+                                                    ("trl-s7", "trl", 7), ("verl-s7", "verl", 7)]
+    assert len({s.spec_hash() for _, _, s in runs}) == 2  # the seed is part of the spec each run records
+    (plain,) = seed_runs(smoke_spec_path, [], ["trl"], [])
+    assert plain[:2] == ("trl", "trl")
 
 
 _KILL_SCRIPT = """

@@ -17,7 +17,8 @@ def card_cmd(
     compare_json: Path | None = typer.Option(None, "--compare", help="the sweep's compare.json (compare --out) or "
                                              "compare --json output; default: compare the sweep now"),
     baseline: str = typer.Option("baseline", "--baseline", help="baseline arm (when comparing now)"),
-    family: str = typer.Option("run", "--family", help="multiplicity families (when comparing now)"),
+    family: str = typer.Option("run", "--family", help="multiplicity families when comparing now: run or all (for "
+                               "custom families, run compare --family custom --out and pass its compare.json)"),
     select: list[str] = typer.Option([], "--select", help="RUN@STEP to publish (repeatable; default: each run's "
                                      "peak and final checkpoint)"),
     adjust: str = typer.Option("holm", "--adjust", help="the adjusted p-value shown: holm, bh or bonferroni"),

@@ -61,14 +61,34 @@ def comparison_facts(result: Mapping[str, Any]) -> dict[str, Any]:
             "seed": s.get("seed"), "baseline_arm": base.get("arm"), "baseline_rate": base.get("success_rate"),
             "baseline_ci": base.get("ci"), "baseline_measured": base.get("n_measured"), "sweep_id": result.get("sweep_id"),
             "games_hash": result.get("games_hash"), "n_games": result.get("n_games"), "runs": runs,
+            "family_map": s.get("family_map") or [],
+            "family_sizes": sorted({int(f["size"]) for f in (result.get("families") or {}).values() if f.get("size")}),
             "verdicts": [{"a": p.get("a"), "b": p.get("b"), "verdict": p.get("verdict"),
-                          "criterion": p.get("criterion")} for p in result.get("pairs") or []],
+                          "explanation": p.get("explanation"), "criterion": p.get("criterion")}
+                         for p in result.get("pairs") or []],
+            "frameworks": [{"a": c.get("a"), "b": c.get("b"), "verdict": c.get("verdict"),
+                            "explanation": c.get("explanation")}
+                           for c in (result.get("frameworks") or {}).get("comparisons") or [] if c.get("verdict")],
+            "frameworks_note": (result.get("frameworks") or {}).get("note") or "",
             "checkpoint_arms": [a.get("arm") for a in result.get("arms") or []
                                 if a.get("role", "checkpoint") == "checkpoint" and not a.get("replicate")]}
 
 
 FAMILY_WORDS = {"run": "one family per run",
-                "all": "every checkpoint arm in one family"}
+                "all": "every checkpoint arm in one family",
+                "custom": "custom families"}
+
+
+def family_words(facts: Mapping[str, Any]) -> str:
+    """The multiplicity family rule in words, with the family sizes compare reported (the size sets the bar)."""
+    rule = str(facts["family"])
+    words = FAMILY_WORDS.get(rule, f"family rule {rule!r}")
+    if rule == "custom" and facts.get("family_map"):
+        words += " (" + ", ".join(f"{n}={g}" for n, g in facts["family_map"]) + ")"
+    sizes = facts.get("family_sizes") or []
+    if sizes:
+        words += f" of {' / '.join(map(str, sizes))} arm{'s' if sizes != [1] else ''}"
+    return words
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -171,7 +191,7 @@ def survivors(result: Mapping[str, Any], adjust: str) -> tuple[list[str], int, f
 def correction_statement(result: Mapping[str, Any], adjust: str) -> str:
     facts = comparison_facts(result)
     surviving, n, alpha = survivors(result, adjust)
-    family = FAMILY_WORDS.get(str(facts["family"]), f"family rule {facts['family']!r}")
+    family = family_words(facts)
     how = f"{ADJUSTMENTS[adjust]} correction at alpha {alpha:g}, {family}"
     if not surviving:
         return (f"**Nothing survives correction.** None of the {n} checkpoint arms' lift over the same-sweep "
@@ -269,14 +289,20 @@ def render_readme(ctx: CardContext, result: Mapping[str, Any], rows: Sequence[Ca
              f"Lift: checkpoint success rate minus the same-sweep baseline's, in percentage points, over the games "
              f"measured in both; CI: {100 * level:g}% paired bootstrap over games ({facts['n_boot']} resamples, seed "
              f"{facts['seed']}); p: exact McNemar test; adjusted p: {ADJUSTMENTS[adjust]} within the family "
-             f"({FAMILY_WORDS.get(str(facts['family']), facts['family'])}).", "",
+             f"({family_words(facts)}).", "",
              correction_statement(result, adjust), "",
              f"Baseline `{facts['baseline_arm']}` (no memory, same sweep): success {fmt_pct(facts['baseline_rate'])}% "
              f"[{fmt_pct((facts['baseline_ci'] or [None, None])[0])}, {fmt_pct((facts['baseline_ci'] or [None, None])[1])}]"
              f" over {facts['baseline_measured']} measured games.", ""]
     if facts["verdicts"]:
         lines += ["## Do the frameworks agree?", ""]
-        lines += [f"- **{v['a']} vs {v['b']}: {v['verdict']}.** {v['criterion']}" for v in facts["verdicts"]]
+        lines += [f"- **{v['a']} vs {v['b']}: {v['verdict']}.** {v.get('explanation') or ''}".rstrip()
+                  for v in facts["verdicts"]]
+        lines += [f"- **framework {v['a']} vs {v['b']}: {v['verdict']}.** {v.get('explanation') or ''}".rstrip()
+                  for v in facts["frameworks"]]
+        if facts["frameworks_note"]:
+            lines.append(f"- Note: {facts['frameworks_note']}.")
+        lines += ["", f"Criterion (stated before looking): {facts['verdicts'][0]['criterion']}"]
         lines.append("")
     ex = ", ".join(f"{k} {v}" for k, v in ctx.executor.items())
     lines += ["## Evaluation", "",
@@ -395,6 +421,9 @@ def load_comparison(path: str | Path) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         raise CardError(f"--compare: {str(p)!r} cannot be read as JSON ({e}; fix: the compare.json written by "
                         "`twinrun compare --out`, or `compare --json` output)") from None
+    if isinstance(data, dict) and data.get("kind") == "transfer":
+        raise CardError(f"--compare: {str(p)!r} is a comparison across executors (fix: compare the card's one sweep, "
+                        "without --across)")
     if not isinstance(data, dict) or data.get("kind") != "comparison":
         raise CardError(f"--compare: {str(p)!r} is not a twinrun comparison (fix: compare --out's compare.json)")
     return data

@@ -91,19 +91,19 @@ def log_sweep(spec: Any, sweep_dir: str | Path, *, log: Log = print) -> None:
 def verdict_rows(result: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """The verdict table of a `compare` result: one row per pair of runs (the mapping from compare's JSON lives
     here only)."""
-    columns = ["a", "b", "checkpoints", "pearson", "spearman", "verdict", "criterion"]
+    columns = ["a", "b", "checkpoints", "pearson", "spearman", "verdict", "explanation", "criterion"]
     rows = [[p.get("a"), p.get("b"), p.get("n_checkpoints"), p.get("pearson"), p.get("spearman"), p.get("verdict"),
-             p.get("criterion")] for p in result.get("pairs") or []]
+             p.get("explanation"), p.get("criterion")] for p in result.get("pairs") or []]
     return columns, rows
 
 
 def lift_rows(result: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
-    columns = ["arm", "run", "checkpoint", "lift", "ci_low", "ci_high", "p", "p_holm", "family"]
+    columns = ["arm", "run", "checkpoint", "lift", "ci_low", "ci_high", "p", "p_holm", "family", "family_size"]
     rows = []
     for a in result.get("arms") or []:
         ci = a.get("lift_ci") or [None, None]
         rows.append([a.get("arm"), a.get("run"), a.get("checkpoint"), a.get("lift"), ci[0], ci[1], a.get("p_value"),
-                     a.get("p_holm"), a.get("family")])
+                     a.get("p_holm"), a.get("family"), a.get("family_size")])
     return columns, rows
 
 
