@@ -25,3 +25,15 @@ print(len(names), loaded)
     n, loaded = out.stdout.strip().split(" ", 1)
     assert int(n) >= 3
     assert loaded == "[]", f"core pulled in a framework at import time: {loaded}"
+
+
+def test_backends_never_import_each_other(repo_root):
+    """DESIGN.md: a backend imports core and its own framework, never the other backend (shared rules live in
+    core, e.g. core.policy_input.segment_positions). Checked on the source text, so a lazy import counts too."""
+    import re
+
+    for name, other in (("trl", "verl"), ("verl", "trl")):
+        pattern = re.compile(rf"^\s*(from|import)\s+twinrun\.backends\.{other}\b", re.MULTILINE)
+        for path in (repo_root / "twinrun" / "backends" / name).rglob("*.py"):
+            hit = pattern.search(path.read_text(encoding="utf-8"))
+            assert hit is None, f"{path.relative_to(repo_root)} imports the {other} backend: {hit.group(0).strip()}"

@@ -3,7 +3,9 @@
 A TRL tool-loop completion is one token sequence: the curator's turn 1, the tool result (chi_2, masked out by
 ``tool_mask``), turn 2, ... So the curator's turns are the maximal runs of loss-carrying tokens
 (``completion_mask * tool_mask == 1``). Segment ``r`` is the ``r``-th assistant message, and the broker logged which
-position each ``curate`` call of which segment applied to; this module turns that into a ``(B, T)`` advantage.
+position each ``curate`` call of which segment applied to; core's
+:func:`~twinrun.core.policy_input.segment_positions` maps segments to positions and this module turns that into a
+``(B, T)`` advantage.
 """
 
 from __future__ import annotations
@@ -25,34 +27,6 @@ def model_segments(mask: np.ndarray) -> list[list[tuple[int, int]]]:
         starts = np.flatnonzero(row == 1)
         ends = np.flatnonzero(row == -1)
         out.append([(int(s), int(e)) for s, e in zip(starts, ends, strict=True)])
-    return out
-
-
-def segment_positions(
-    n_segments: int, turns: Sequence[tuple[int | None, int]], group_size: int
-) -> list[list[int]]:
-    """Positions (1..|G|) whose step advantage each model segment carries.
-
-    turns: ``(segment, position)`` per ``curate`` call that reached the session, in call order (segment None =
-    unknown: then one call per segment is assumed, in order). A segment with calls carries the positions they
-    applied to (|G|+1, a call after the last position, is dropped). A segment without calls (a turn with no valid
-    tool call, or the closing reply) carries the position whose turn was pending when it was written (the one
-    after the last position applied by earlier segments), or |G| once every position has had its turn.
-    """
-    if any(s is None for s, _ in turns):
-        turns = [(i, p) for i, (_, p) in enumerate(turns)]
-    by_segment: dict[int, list[int]] = {}
-    for s, p in turns:
-        by_segment.setdefault(int(s), []).append(int(p))  # type: ignore[arg-type]
-    out: list[list[int]] = []
-    last = 0  # last position applied by earlier segments
-    for r in range(n_segments):
-        applied = [p for p in by_segment.get(r, []) if 1 <= p <= group_size]
-        if applied:
-            out.append(applied)
-            last = max(last, max(applied))
-        else:
-            out.append([min(last + 1, group_size)])
     return out
 
 

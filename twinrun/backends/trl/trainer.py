@@ -28,10 +28,11 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from twinrun.backends.trl.environment import SessionBroker
-from twinrun.backends.trl.token_advantages import model_segments, segment_positions, spread_advantages
+from twinrun.backends.trl.token_advantages import model_segments, spread_advantages
 from twinrun.core.advantages import EstimatorConfig, compute_advantages
 from twinrun.core.curation import CurationResult
 from twinrun.core.errors import InfrastructureError, TwinrunError
+from twinrun.core.policy_input import segment_positions
 from twinrun.core.toolcalls import CURATE_TOOL
 
 

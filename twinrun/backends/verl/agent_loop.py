@@ -36,9 +36,7 @@ from verl.utils.profiler import simple_timer
 from twinrun.backends.verl.estimators import RolloutTag, encode_uid
 from twinrun.backends.verl.loop_manager import TAG_FIELD
 from twinrun.backends.verl.session import CurationContext
-
-# the TRL backend's rule for which positions a curator turn's tokens stand for (pure numpy; no TRL import)
-from twinrun.backends.trl.token_advantages import segment_positions
+from twinrun.core.policy_input import segment_positions  # which positions a curator turn's tokens stand for
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ the curator agent loop (agent_loop.py) tags each rollout as ``"<prompt uid>|<jso
 - ``a``: per-position anchors (hash of the curator input chi_i; GiGPO's step groups),
 - ``v``: per-position "the curator turn made a valid call" (``algorithm.invalid_penalty``),
 - ``s``: per curator turn (run of ``response_mask == 1``), the 1-based positions whose advantage its tokens carry
-  (the TRL backend's rule, `twinrun.backends.trl.token_advantages.segment_positions`: the positions its ``curate``
+  (core's rule, `twinrun.core.policy_input.segment_positions`, shared with the TRL backend: the positions its ``curate``
   calls applied to; a turn whose calls reached no position, e.g. the closing reply, carries the pending one),
 - ``e``/``u``: executor episodes the rollout played / of which unmeasured: the estimator sees the whole step
   before the update, so it enforces ``executor.max_unmeasured_share`` there (raises InfrastructureError, which
