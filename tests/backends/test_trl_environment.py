@@ -143,10 +143,42 @@ def test_broker_prefetches_every_samples_turn_and_logs_segments(alfworld_data, r
         r0, r1 = (r.record for r in results)
         assert r0.ops_applied == 1 and r0.turns_missing == 0 and r0.extra_turns_ignored == 1
         assert r1.turns_missing == 1  # position 2 was played by finish() with no operations
+        # r_fc per position: sample 0 = (1 valid insert + curate([]) no op) / 2; sample 1 = curate([]), then no turn
+        assert r0.reward.r_fc.value == pytest.approx(0.5) and r1.reward.r_fc.value == 0.0
         assert r0.executor_episodes == r1.executor_episodes == 2
         assert broker.reward_function()(environments=envs) == [r.total for r in results]
     finally:
         runtime.close()
+
+
+@pytest.mark.slow
+@pytest.mark.alfworld
+def test_one_valid_call_then_stopping_earns_one_position_of_r_fc(alfworld_data, repo_root):
+    """The early-stop exploit through TRL's broker: one valid insert, then the curator stops calling (plain text,
+    a malformed call, an unknown tool at the iteration cap and the completion cap all look like this to the
+    environment: no more curate calls). finish() plays the rest; r_fc = 1/|G|, where pooling paid the full weight."""
+    from twinrun.core.curation import CurationRuntime
+    from twinrun.core.spec import load_spec
+
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["executor.max_turns=2"])
+    g = spec.environment.group_size
+    runtime = CurationRuntime.from_spec(spec, data_root=alfworld_data, workers=0, judge=None)
+    try:
+        broker = SessionBroker(runtime, final_result="END")
+        rows = [dict(dataset_row(runtime.task_group(0, 0), []), rollout_index=0)]
+        broker.begin_batch(rows)
+        (env,) = [broker.new_environment()]
+        env.reset(**rows[0])
+        broker.environments, broker.live_completions = [env], [[_assistant(_insert("pick-a"))]]
+        env.curate(operations=_insert("pick-a"))
+        (result,) = broker.finish_batch([env])
+    finally:
+        runtime.close()
+    rec = result.record
+    assert rec.turns_missing == g - 1 and rec.ops_applied == 1
+    assert result.reward.r_fc.value == pytest.approx(1 / g)
+    pooled = result.reward_under(spec.reward.model_copy(update={"call_pooling": "pooled"}))
+    assert pooled.r_fc.value == 1.0  # the exploit the per-position reading closes
 
 
 def test_broker_refuses_duplicate_rollouts():

@@ -61,7 +61,7 @@ def setup(repo_root, alfworld_data, tmp_path_factory):
     return spec, cfg, paths, str(model), task_group_rows(spec)[0]
 
 
-def _run(setup, turns: list[str], session_id: int = 0):
+def _run(setup, turns: list[str], session_id: int = 0, response_length: int | None = None):
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
     from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -78,6 +78,8 @@ def _run(setup, turns: list[str], session_id: int = 0):
             dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data), hf_model_type="qwen3",
             spec_path=str(paths.spec), spec_dir=str(spec.source_dir), run_dir=str(paths.root),
         )
+        if response_length is not None:  # the whole-completion cap (curator.max_completion_tokens)
+            loop.response_length = response_length
         kwargs = {**row, "raw_prompt": row["prompt"], "uid": f"u{session_id}", "session_id": session_id,
                   "global_steps": 1, "index": 0}
         return await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, **kwargs)
@@ -124,6 +126,8 @@ def test_three_curate_turns_then_the_closing_reply(setup):
     rec = [r for r in read_jsonl(setup[2].rollouts) if r["rollout_index"] == 0][-1]
     assert rec["ops_applied"] == 1 and rec["turns_missing"] == 0 and rec["reward"]["total"] == pytest.approx(out.reward_score)
     assert [p["tool_calls"] for p in rec["positions"]] == [1, 1, 1]
+    # r_fc per position: Valid = 1 (the insert), 0 (curate([]): no op), 0 -> 1/3 (pooled over calls it would be 1)
+    assert rec["reward"]["r_fc"]["value"] == pytest.approx(1 / g) and rec["reward"]["r_fc"]["denominator"] == g
 
 
 def test_a_turn_without_a_wellformed_call_ends_the_completion(setup):
@@ -132,6 +136,34 @@ def test_a_turn_without_a_wellformed_call_ends_the_completion(setup):
     assert len(_runs(out.response_mask)) == 1 and len(server.prompts) == 1
     rec = [r for r in read_jsonl(setup[2].rollouts) if r["rollout_index"] == 1][-1]
     assert rec["turns_missing"] == setup[0].environment.group_size and rec["ops_applied"] == 0
+    assert rec["reward"]["r_fc"]["value"] == 0.0  # no turn at any position: Valid 0 everywhere, not "no data"
+
+
+def _record(setup, rollout_index):
+    return [r for r in read_jsonl(setup[2].rollouts) if r["rollout_index"] == rollout_index][-1]
+
+
+def test_one_valid_call_then_stopping_earns_one_position_of_r_fc(setup):
+    """The early-stop exploit: a valid insert at position 1, then plain text. The loop still plays |G| positions and
+    r_fc counts the missing turns as 0 (1/|G|), where the pooled reading would pay the full weight."""
+    g = setup[0].environment.group_size
+    out, server, _ = _run(setup, [format_curate_call(INSERT), "I am done."], session_id=3)
+    assert len(_runs(out.response_mask)) == 2
+    rec = _record(setup, 3)
+    assert rec["turns_missing"] == g - 1 and rec["ops_applied"] == 1
+    assert rec["reward"]["r_fc"]["value"] == pytest.approx(1 / g)
+    assert [p["turn_missing"] for p in rec["positions"]] == [False] + [True] * (g - 1)
+
+
+def test_the_completion_cap_leaves_positions_without_turns(setup):
+    """curator.max_completion_tokens reached: the next tool result does not fit, the loop ends (the call was
+    applied), finish() plays the rest with no ops; those positions score Valid 0."""
+    g = setup[0].environment.group_size
+    out, server, _ = _run(setup, [format_curate_call(INSERT)] * g, session_id=4, response_length=120)
+    assert len(server.prompts) == 1 and len(out.response_mask) <= 120
+    rec = _record(setup, 4)
+    assert rec["ops_applied"] == 1 and rec["turns_missing"] == g - 1
+    assert rec["reward"]["r_fc"]["value"] == pytest.approx(1 / g)
 
 
 def test_an_unknown_tool_gets_an_error_and_does_not_advance(setup):
@@ -144,4 +176,5 @@ def test_an_unknown_tool_gets_an_error_and_does_not_advance(setup):
     # TRL counts the failed round too (max_tool_calling_iterations = |G|): the 4th turn's call is not executed
     rec = [r for r in read_jsonl(setup[2].rollouts) if r["rollout_index"] == 2][-1]
     assert [p["tool_calls"] for p in rec["positions"]] == [1, 1, 0] and rec["turns_missing"] == 1
+    assert rec["reward"]["r_fc"]["value"] == 0.0  # curate([]) twice (no op), then no turn: Valid 0 at each
     assert decode_uid(out.extra_fields[TAG_FIELD])[1].segments == [[1], [1], [2], [3]]

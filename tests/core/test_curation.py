@@ -185,7 +185,9 @@ def test_full_rollout_with_a_tiny_local_qwen3_curator(pool, prompts, group, tmp_
     assert result.reward.r_task.denominator == 2 and result.reward.r_task.value == 1.0
     assert rec.ops_applied == 2 and rec.ops_invalid == 1 and rec.extra_turns_ignored == 1 and rec.turns_missing == 0
     assert [len(p.ops) for p in rec.positions] == [1, 0, 2] and rec.positions[1].no_valid_call
-    assert result.reward.r_fc.value == pytest.approx(2 / 3)
+    # r_fc per position: Valid = 1/1, 0 (no op), 1/2 -> (1 + 0 + 0.5) / 3 (pooled it would be 2 valid / 3 ops)
+    assert result.reward.r_fc.value == pytest.approx(0.5)
+    assert result.reward_under(RewardSpec(call_pooling="pooled")).r_fc.value == pytest.approx(2 / 3)
     assert rec.positions[1].retrieved_skills == ["place-found-object"]
     assert rec.anchors == [anchor_of(p.curator_input) for p in result.positions] and len(set(rec.anchors)) == 3
     assert sum(result.step_rewards) == pytest.approx(result.total) and len(result.step_rewards) == 3

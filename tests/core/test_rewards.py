@@ -18,7 +18,8 @@ from twinrun.core.rewards import (
 from twinrun.core.skills import SkillRepo
 from twinrun.core.spec import RewardSpec
 
-PAPER = RewardSpec()  # λ_f = 1.0, λ_u = 0.1, λ_c = 0.05
+PAPER = RewardSpec()  # λ_f = 1.0, λ_u = 0.1, λ_c = 0.05, per-position r_fc / r_cnt
+POOLED = RewardSpec(call_pooling="pooled")  # twinrun's earlier reading (DIVERGENCES C2)
 
 
 def P(index, outcome, calls=0, valid=0, judged=(), repo=None, inp=None) -> PositionResult:
@@ -36,8 +37,30 @@ MIXED = [
 ]
 
 
-def test_mixed_rollout_by_hand() -> None:
+def test_mixed_rollout_by_hand_per_position() -> None:
     r = composite_reward(MIXED, PAPER)
+    assert r.call_pooling == "per_position"
+    assert (r.r_task.numerator, r.r_task.denominator, r.r_task.value, r.r_task.unmeasured) == (1.0, 2, 0.5, 1)
+    # Valid(c_i) = 1/2, 1/1, 2/3, 0 (no op) -> r_fc = (1/2 + 1 + 2/3 + 0) / |G|=4
+    assert r.r_fc.denominator == 4 and r.r_fc.value == pytest.approx((0.5 + 1 + 2 / 3) / 4)
+    # Judge(c_i) = 1/1, 0/1, 1/1 (the None verdict leaves position 3's share only), 0 (no content) -> 2 / 4
+    assert (r.r_cnt.numerator, r.r_cnt.denominator, r.r_cnt.value, r.r_cnt.unmeasured) == (2.0, 4, 0.5, 1)
+    assert r.r_comp.value == pytest.approx(0.65)
+    assert r.total == pytest.approx(0.5 + (0.5 + 1 + 2 / 3) / 4 + 0.1 * 0.5 + 0.05 * 0.65, abs=1e-12)
+    # per turn: task credit for the NEXT position / 2, lambda_f Valid/4, lambda_u Judge/4, lambda_c comp/4
+    expected = [
+        0.5 + 0.5 / 4 + 0.1 * 1 / 4 + 0.05 * 0.75 / 4,
+        0.0 + 1 / 4 + 0.0 + 0.05 * 0.75 / 4,
+        0.0 + (2 / 3) / 4 + 0.1 * 1 / 4 + 0.05 * 0.6 / 4,
+        0.0 + 0.0 + 0.0 + 0.05 * 0.5 / 4,
+    ]
+    assert r.step_rewards == pytest.approx(expected, abs=1e-12)
+    assert sum(r.step_rewards) == pytest.approx(r.total, abs=1e-12)
+
+
+def test_mixed_rollout_by_hand_pooled() -> None:
+    r = composite_reward(MIXED, POOLED)
+    assert r.call_pooling == "pooled"
     # r_task = 1 success / 2 measured (position 3 unmeasured leaves both)
     assert (r.r_task.numerator, r.r_task.denominator, r.r_task.value, r.r_task.unmeasured) == (1.0, 2, 0.5, 1)
     # r_fc = (1 + 1 + 2 + 0) / (2 + 1 + 3 + 0)
@@ -67,23 +90,99 @@ def test_position_order_does_not_matter() -> None:
     assert composite_reward(list(reversed(MIXED)), PAPER) == composite_reward(MIXED, PAPER)
 
 
-def test_step_rewards_reduce_to_section_8_2_with_one_call_per_turn() -> None:
-    # all measured, one call and one verdict per turn: r_i = 1(ξ_{i+1})/(G-1)[i<G] + (λf V_i + λu J_i + λc C_i)/G
+def _turns(G: int, calls: list[tuple[int, int]]) -> list[PositionResult]:
+    """|G| positions, all measured failures; calls[i] = (ops, valid ops) of position i+1 (missing = no turn)."""
+    out = []
+    for i in range(G):
+        c, v = calls[i] if i < len(calls) else (0, 0)
+        out.append(P(i + 1, "failure", calls=c, valid=v))
+    return out
+
+
+@pytest.mark.parametrize(
+    "case,G,calls,per_position,pooled",
+    [
+        # the early-stop exploit: one valid call, then the curator stops (or its completion is capped)
+        ("stop after one valid call", 10, [(1, 1)], 0.1, 1.0),
+        ("four valid at position 1, then nine invalid", 10, [(4, 4)] + [(1, 0)] * 9, 0.1, 4 / 13),
+        ("one valid call at every position", 10, [(1, 1)] * 10, 1.0, 1.0),
+        ("curate([]) every turn", 10, [(0, 0)] * 10, 0.0, None),
+        ("half the positions' ops valid", 4, [(2, 1), (2, 1), (2, 1), (2, 1)], 0.5, 0.5),
+        ("turns missing after position 2", 4, [(1, 1), (3, 3)], 0.5, 1.0),
+    ],
+)
+def test_r_fc_is_a_mean_over_positions(case, G, calls, per_position, pooled) -> None:
+    spec = RewardSpec(lambda_cnt=None, lambda_comp=None)
+    r = composite_reward(_turns(G, calls), spec)
+    assert r.r_fc.value == pytest.approx(per_position), case
+    assert r.r_fc.denominator == G
+    p = composite_reward(_turns(G, calls), spec.model_copy(update={"call_pooling": "pooled"}))
+    assert p.r_fc.value == (pytest.approx(pooled) if pooled is not None else None), case
+    for rr in (r, p):
+        assert sum(rr.step_rewards) == pytest.approx(rr.total, abs=1e-12)
+
+
+def test_unmeasured_verdicts_leave_only_their_positions_share() -> None:
+    spec = RewardSpec(lambda_fc=None, lambda_comp=None, lambda_cnt=1.0)
+    pos = [
+        P(1, "failure", calls=1, valid=1, judged=(True,)),  # Judge 1
+        P(2, "failure", calls=1, valid=1, judged=(None,)),  # every verdict unmeasured: leaves the mean
+        P(3, "failure"),  # wrote nothing: Judge 0, stays in the mean
+        P(4, "failure", calls=2, valid=2, judged=(False, True)),  # Judge 1/2
+        P(5, "failure", calls=2, valid=2, judged=(None, False)),  # judged on its measured verdict: 0
+    ]
+    r = composite_reward(pos, spec)
+    assert (r.r_cnt.numerator, r.r_cnt.denominator, r.r_cnt.unmeasured) == (1.5, 4, 2)
+    assert r.r_cnt.value == pytest.approx(1.5 / 4)
+    assert r.step_rewards == pytest.approx([1 / 4, 0.0, 0.0, 0.5 / 4, 0.0])
+    # every verdict of the rollout unmeasured: the term is unmeasured (None), never 0
+    r = composite_reward([P(1, "failure", calls=1, valid=1, judged=(None,)), P(2, "success", calls=1, valid=1,
+                                                                                judged=(None,))], spec)
+    assert r.r_cnt.value is None and r.r_cnt.denominator == 0 and r.total == 1.0
+    # content written but no judge ran (content_ops without verdicts): unmeasured, not 0
+    r = composite_reward([PositionResult(index=1, outcome="failure", calls_total=1, calls_valid=1, content_ops=1),
+                          P(2, "success")], spec)
+    assert (r.r_cnt.value, r.r_cnt.denominator) == (0.0, 1)  # position 2 (no content) alone: Judge 0
+
+
+@pytest.mark.parametrize("pooling", ["per_position", "pooled"])
+def test_step_rewards_sum_to_the_total_on_random_rollouts(pooling) -> None:
+    import random
+
+    rng = random.Random(7)
+    spec = RewardSpec(call_pooling=pooling)
+    for _ in range(300):
+        G = rng.randint(2, 10)
+        pos = []
+        for i in range(G):
+            calls = rng.choice([0, 0, 1, 2, 4])
+            valid = rng.randint(0, calls)
+            judged = tuple(rng.choice([True, False, None]) for _ in range(rng.randint(0, valid)))
+            pos.append(P(i + 1, rng.choice(["success", "failure", "unmeasured"]), calls=calls, valid=valid,
+                         judged=judged, repo=rng.randint(0, 500), inp=rng.randint(1, 500)))
+        r = composite_reward(pos, spec)
+        if r.total is not None:
+            assert len(r.step_rewards) == G
+            assert sum(r.step_rewards) == pytest.approx(r.total, abs=1e-9)
+
+
+def test_step_rewards_are_section_8_2s_form_when_every_position_is_measured() -> None:
+    # all measured, any number of calls and verdicts per turn:
+    # r_i = 1(ξ_{i+1})/(G-1)[i<G] + (λf Valid(c_i) + λu Judge(c_i) + λc C_i)/G
     G = 5
     outcomes = ["failure", "success", "success", "failure", "success"]
-    valid = [1, 0, 1, 1, 1]
-    judge = [True, None, False, True, True]
-    judge = [j if v else None for j, v in zip(judge, valid)]
-    pos = [
-        P(i + 1, outcomes[i], calls=1, valid=valid[i], judged=(judge[i],) if valid[i] else (), repo=10 * (i + 1), inp=100)
-        for i in range(G)
-    ]
-    r = composite_reward(pos, RewardSpec(lambda_cnt=None))  # r_cnt off so its pooled denominator does not differ
+    calls = [(1, 1), (3, 1), (2, 2), (0, 0), (4, 3)]
+    verdicts = [(True,), (False,), (True, False), (), (True, True, False)]
+    pos = [P(i + 1, outcomes[i], calls=calls[i][0], valid=calls[i][1], judged=verdicts[i], repo=10 * (i + 1), inp=100)
+           for i in range(G)]
+    r = composite_reward(pos, PAPER)
+    valid = [1, 1 / 3, 1, 0, 3 / 4]
+    judge = [1, 0, 1 / 2, 0, 2 / 3]
     for i in range(G):
         task = (outcomes[i + 1] == "success") / (G - 1) if i < G - 1 else 0.0
-        own = (1.0 * valid[i] + 0.05 * (1 - 10 * (i + 1) / 100)) / G
+        own = (1.0 * valid[i] + 0.1 * judge[i] + 0.05 * (1 - 10 * (i + 1) / 100)) / G
         assert r.step_rewards[i] == pytest.approx(task + own, abs=1e-12)
-    assert r.total == pytest.approx(3 / 4 + 4 / 5 + 0.05 * (1 - 0.3))
+    assert r.total == pytest.approx(3 / 4 + sum(valid) / G + 0.1 * sum(judge) / G + 0.05 * (1 - 0.3))
     assert sum(r.step_rewards) == pytest.approx(r.total, abs=1e-12)
 
 
@@ -92,7 +191,7 @@ def test_no_measured_scored_position_is_an_unmeasured_rollout_not_zero() -> None
     r = composite_reward(pos, PAPER)
     assert r.total is None and r.unmeasured and r.step_rewards == []
     assert r.r_task.value is None and (r.r_task.numerator, r.r_task.denominator, r.r_task.unmeasured) == (0.0, 0, 2)
-    assert r.r_fc.value == 1.0  # the other terms are still computed and recorded
+    assert r.r_fc.value == pytest.approx(2 / 3)  # the other terms are still computed and recorded
 
 
 def test_position_one_is_never_scored() -> None:
@@ -119,16 +218,19 @@ def test_disabled_terms_are_recorded_as_disabled() -> None:
 
 def test_zero_weight_computes_and_logs_without_weight() -> None:
     r = composite_reward(MIXED, RewardSpec(lambda_fc=0.0, lambda_cnt=0.0, lambda_comp=0.0))
-    assert not r.r_fc.disabled and r.r_fc.value == pytest.approx(2 / 3) and r.r_fc.contribution == 0.0
+    assert not r.r_fc.disabled and r.r_fc.value == pytest.approx(13 / 24) and r.r_fc.contribution == 0.0
     assert r.total == 0.5
 
 
 def test_empty_denominators_give_none_terms_that_add_nothing() -> None:
     pos = [P(1, "failure"), P(2, "success"), P(3, "success")]  # no calls, nothing judged, no token counts
-    r = composite_reward(pos, PAPER)
+    r = composite_reward(pos, POOLED)
     assert r.total == 1.0
     assert (r.r_fc.value, r.r_fc.denominator) == (None, 0)
     assert (r.r_cnt.value, r.r_cnt.denominator) == (None, 0)
+    assert (r.r_comp.value, r.r_comp.denominator, r.r_comp.unmeasured) == (None, 0, 3)
+    r = composite_reward(pos, PAPER)  # per position: no op and no content score 0 at every position
+    assert r.total == 1.0 and (r.r_fc.value, r.r_fc.denominator) == (0.0, 3) and (r.r_cnt.value, r.r_cnt.denominator) == (0.0, 3)
     assert (r.r_comp.value, r.r_comp.denominator, r.r_comp.unmeasured) == (None, 0, 3)
 
 
@@ -171,7 +273,8 @@ def test_position_result_from_a_real_turn() -> None:
     ]
     chi = "# Task Context\n## Task Description\nput a mug in the cabinet"
     p = position_result(2, "success", ops, [True], repo_text=repo.text(), curator_input=chi, count_tokens=whitespace_tokens)
-    assert (p.calls_total, p.calls_valid, p.judged) == (2, 1, (True,))
+    assert (p.calls_total, p.calls_valid, p.judged, p.content_ops) == (2, 1, (True,), 1)
+    assert (p.valid_share, p.judge_share) == (0.5, 1.0)
     assert (p.repo_tokens, p.curator_input_tokens) == (len(repo.text().split()), len(chi.split()))
     p = position_result(2, "success", ops, [], repo_text=None, curator_input=chi, count_tokens=whitespace_tokens)
     assert p.repo_tokens is None and p.curator_input_tokens is None

@@ -225,6 +225,10 @@ class CurationResult:
     def total(self) -> float | None:
         return self.reward.total
 
+    def reward_under(self, reward: Any) -> RewardBreakdown:
+        """This rollout's reward under other reward settings (a RewardSpec), e.g. the other call pooling."""
+        return composite_reward(position_results(self.positions), reward)
+
     def write(self, episodes: JsonlWriter | None = None, rollouts: JsonlWriter | None = None) -> None:
         if episodes is not None:
             episodes.write_many(self.episodes)
@@ -630,14 +634,7 @@ class CurationSession:
         return self._result
 
     def _build_result(self) -> CurationResult:
-        results = []
-        for p in self.positions:
-            assert p.episode is not None
-            results.append(PositionResult(
-                index=p.index, outcome=p.episode.outcome, calls_total=len(p.op_results),
-                calls_valid=sum(1 for r in p.op_results if r.ok), judged=tuple(p.verdicts),
-                repo_tokens=p.repo_tokens if p.input_tokens else None, curator_input_tokens=p.input_tokens or None,
-            ))
+        results = position_results(self.positions)
         breakdown = composite_reward(results, self.runtime.reward_spec)
         own_episodes = [p.episode.record for p in self.positions if p.episode is not None and not p.episode_shared]
         prec = [
@@ -670,6 +667,20 @@ class CurationSession:
             provenance=self.runtime.provenance,
         )
         return CurationResult(breakdown, record.anchors, record.step_rewards, record, own_episodes, self.positions, self.repo)
+
+
+def position_results(positions: Sequence[PositionState]) -> list[PositionResult]:
+    """What each played position contributes to the reward (the input of ``composite_reward``)."""
+    out = []
+    for p in positions:
+        assert p.episode is not None
+        out.append(PositionResult(
+            index=p.index, outcome=p.episode.outcome, calls_total=len(p.op_results),
+            calls_valid=sum(1 for r in p.op_results if r.ok), judged=tuple(p.verdicts),
+            content_ops=sum(1 for r in p.op_results if r.writes_content),
+            repo_tokens=p.repo_tokens if p.input_tokens else None, curator_input_tokens=p.input_tokens or None,
+        ))
+    return out
 
 
 def _skill_name(arguments: Any) -> str | None:

@@ -5,20 +5,29 @@
 * ``r_task``: success rate over positions 2..|G| (position 1 runs on an empty repo and is not scored).
   Unmeasured positions (infrastructure failed) leave numerator and denominator; a rollout with fewer than
   ``RewardSpec.min_measured_positions`` measured scored positions has ``total = None`` (unmeasured), never 0.
-* ``r_fc``: valid-and-executed curator function calls / all curator function calls, pooled over the rollout.
-* ``r_cnt``: VALID verdicts / measured verdicts on the rollout's successful inserts and updates; a verdict of
-  None (judge unreachable or unparsable) is excluded and counted.
+* ``r_fc = (1/|G|) Σ_i Valid(c_i)`` (``reward.call_pooling: per_position``, the paper): ``Valid(c_i)`` = valid ops /
+  ops of position i's turn, **0 when position i made no op or had no turn** (``curate([])``, a turn without a call,
+  a position the curator never reached). So stopping after one valid call earns ``1/|G|``, not 1.
+* ``r_cnt = (1/|M|) Σ_{i∈M} Judge(c_i)``: ``Judge(c_i)`` = VALID verdicts / measured verdicts on the content
+  position i wrote (successful inserts/updates), **0 when it wrote no content**. A verdict of None (judge
+  unreachable or unparsable) is unmeasured: it leaves its own position's share only. A position whose content
+  verdicts are *all* unmeasured has no Judge value and leaves the mean (M = the other positions); a position with
+  some measured verdicts is judged on those. With every verdict measured, |M| = |G|: the paper's formula.
 * ``r_comp``: mean over positions of ``1 - |S_i| / |χ_i|`` (repo tokens after the update over curator input
   tokens; not clipped, so a repo larger than the input is negative). Positions without counts are excluded.
 
+``reward.call_pooling: pooled`` keeps twinrun's earlier reading (DIVERGENCES.md C2): r_fc = valid ops / all ops of
+the rollout, r_cnt = VALID verdicts / measured verdicts of the rollout. A turn with no op adds nothing to either
+denominator, which is the early-stop exploit the per-position reading closes.
+
 A weight of None disables a term (recorded ``disabled``, not computed); 0.0 computes and records it unweighted.
-A term whose denominator is 0 (no calls, nothing judged) has value None and contributes 0.
+A term whose denominator is 0 (pooled: no calls, nothing judged) has value None and contributes 0.
 
 ``step_rewards`` decomposes the total over curator turns (advantage-semantics.md §8.2) so GiGPO can use it:
-turn i gets the task success it precedes (ξ_{i+1}) / n_measured, its own share of valid calls / all calls,
-of VALID verdicts / measured verdicts, and its compression / n_comp, each times its weight. They sum to the
-total (to float rounding). §8.2's per-position 1/|G| form is the special case of every position measured and
-one call per turn; pooled r_fc/r_cnt need the pooled shares to keep the sum exact.
+turn i gets the task success it precedes (ξ_{i+1}) / n_measured, and its own share of every other term (per
+position: λ_f Valid(c_i)/|G|, λ_u Judge(c_i)/|M|, λ_c comp_i/n_comp; pooled: its valid ops / all ops, its VALID
+verdicts / all measured verdicts). They sum to the total (to float rounding). With every position measured this
+is §8.2's form ``r_i = 1(ξ_{i+1})/(|G|-1)·[i<|G|] + (λ_f Valid(c_i) + λ_u Judge(c_i) + λ_c(1-|S_i|/|χ_i|))/|G|``.
 """
 
 from __future__ import annotations
@@ -46,8 +55,10 @@ class PositionResult(BaseModel):
     """What one position of a curation rollout contributes to the reward.
 
     index: 1-based position; outcome: the executor episode at this position; calls_*: the curator's function
-    calls after it; judged: one verdict per successful insert/update (None = unmeasured); repo_tokens: |S_i|,
-    the repo after this turn's ops; curator_input_tokens: |χ_i|. Token counts None = not measured.
+    calls (operations) after it; judged: one verdict per successful insert/update (None = unmeasured);
+    content_ops: successful inserts/updates (None = ``len(judged)``: every content op was sent to a judge);
+    repo_tokens: |S_i|, the repo after this turn's ops; curator_input_tokens: |χ_i|. Token counts None = not
+    measured.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -56,6 +67,7 @@ class PositionResult(BaseModel):
     calls_total: int = Field(0, ge=0)
     calls_valid: int = Field(0, ge=0)
     judged: tuple[bool | None, ...] = ()
+    content_ops: int | None = Field(None, ge=0)
     repo_tokens: int | None = Field(None, ge=0)
     curator_input_tokens: int | None = Field(None, ge=1)
 
@@ -65,7 +77,30 @@ class PositionResult(BaseModel):
             raise ValueError(
                 f"calls_valid: {self.calls_valid} exceeds calls_total={self.calls_total} (fix: valid calls are a subset)"
             )
+        if self.content_ops is not None and len(self.judged) > self.content_ops:
+            raise ValueError(
+                f"judged: {len(self.judged)} verdicts for content_ops={self.content_ops} (fix: one verdict per "
+                "successful insert/update at most)"
+            )
         return self
+
+    @property
+    def wrote_content(self) -> bool:
+        return (self.content_ops if self.content_ops is not None else len(self.judged)) > 0
+
+    @property
+    def valid_share(self) -> float:
+        """Valid(c_i): valid ops / ops of this turn; 0 when the turn made no op (or there was no turn)."""
+        return self.calls_valid / self.calls_total if self.calls_total else 0.0
+
+    @property
+    def judge_share(self) -> float | None:
+        """Judge(c_i): VALID / measured verdicts on this turn's content; 0 when it wrote none; None when every
+        verdict on its content is unmeasured (the position then leaves r_cnt's mean)."""
+        if not self.wrote_content:
+            return 0.0
+        measured = [v for v in self.judged if v is not None]
+        return sum(measured) / len(measured) if measured else None
 
 
 class TermBreakdown(BaseModel):
@@ -98,6 +133,7 @@ class RewardBreakdown(BaseModel):
     measured_positions: int  # scored positions with a success/failure outcome
     unmeasured_positions: int  # scored positions that are unmeasured
     min_measured_positions: int
+    call_pooling: Literal["per_position", "pooled"] = "per_position"
     step_rewards: list[float]  # per curator turn, sums to total; [] when total is None
 
     @property
@@ -158,14 +194,18 @@ def composite_reward(positions: Sequence[PositionResult], weights: RewardSpec) -
     task_rec, task_share = _term("r_task", 1.0, success_next, n_measured, n_scored - n_measured)
     rollout_measured = n_measured >= weights.min_measured_positions and n_measured > 0
 
-    valid = np.array([p.calls_valid for p in pos], dtype=float)
-    calls = sum(p.calls_total for p in pos)
-    fc_rec, fc_share = _term("r_fc", weights.lambda_fc, valid, calls, 0)
-
-    valid_verdicts = np.array([sum(v is True for v in p.judged) for p in pos], dtype=float)
-    n_verdicts = sum(v is not None for p in pos for v in p.judged)
     n_unjudged = sum(v is None for p in pos for v in p.judged)
-    cnt_rec, cnt_share = _term("r_cnt", weights.lambda_cnt, valid_verdicts, n_verdicts, n_unjudged)
+    if weights.call_pooling == "pooled":  # twinrun's earlier reading: shares of the rollout's calls / verdicts
+        valid = np.array([p.calls_valid for p in pos], dtype=float)
+        fc_rec, fc_share = _term("r_fc", weights.lambda_fc, valid, sum(p.calls_total for p in pos), 0)
+        valid_verdicts = np.array([sum(v is True for v in p.judged) for p in pos], dtype=float)
+        n_verdicts = sum(v is not None for p in pos for v in p.judged)
+        cnt_rec, cnt_share = _term("r_cnt", weights.lambda_cnt, valid_verdicts, n_verdicts, n_unjudged)
+    else:  # the paper: means over positions of Valid(c_i) and Judge(c_i)
+        fc_rec, fc_share = _term("r_fc", weights.lambda_fc, np.array([p.valid_share for p in pos]), G, 0)
+        judge = [p.judge_share for p in pos]
+        cnt_rec, cnt_share = _term("r_cnt", weights.lambda_cnt, np.array([j or 0.0 for j in judge]),
+                                   sum(j is not None for j in judge), n_unjudged)
 
     has_counts = [p.repo_tokens is not None and p.curator_input_tokens is not None for p in pos]
     comp = np.array(
@@ -190,6 +230,7 @@ def composite_reward(positions: Sequence[PositionResult], weights: RewardSpec) -
         measured_positions=n_measured,
         unmeasured_positions=n_scored - n_measured,
         min_measured_positions=weights.min_measured_positions,
+        call_pooling=weights.call_pooling,
         step_rewards=step,
     )
 
@@ -241,6 +282,7 @@ def position_result(
         calls_total=len(ops),
         calls_valid=sum(1 for o in ops if o.ok),
         judged=tuple(verdicts),
+        content_ops=sum(1 for o in ops if getattr(o, "writes_content", False)),
         repo_tokens=repo_tokens if curator_tokens is not None else None,
         curator_input_tokens=curator_tokens,
     )

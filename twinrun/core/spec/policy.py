@@ -212,6 +212,11 @@ class RewardSpec(_Strict):
     min_measured_positions: int = Field(
         1, ge=1, description="a rollout with fewer measured scored positions has an unmeasured r_task"
     )
+    call_pooling: Literal["per_position", "pooled"] = Field(
+        "per_position",
+        description="r_fc / r_cnt as means over positions of Valid(c_i) / Judge(c_i) (the paper; a position with "
+        "no op scores 0), or pooled over the rollout's calls / verdicts (twinrun's earlier reading; DIVERGENCES C2)",
+    )
 
 
 class AlgorithmSpec(_Strict):
