@@ -176,3 +176,20 @@ def test_gigpo_trains_with_per_token_advantages(smoke, cache_dir, alfworld_data,
     (batch,) = _batches(tmp_path / "run")
     assert batch["advantages"]["core"] is None  # per-token: not one number per rollout
     assert batch["advantages"]["estimator"]["estimator"] == "gigpo"
+
+
+def test_a_step_with_too_many_missing_turns_stops_before_its_update(smoke, cache_dir, alfworld_data, tmp_path):
+    """curator.max_missing_turn_share: a completion cap no tool result fits under leaves positions 2..|G| without a
+    curator turn in every rollout; the step stops with a one-line error before TRL's update (records kept)."""
+    from twinrun.backends.trl.train import train
+    from twinrun.core.step_health import MissingTurnsError
+
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", [
+        "steps=1", "checkpoint_every=1", "batch.groups_per_step=1", "environment.group_size=2",
+        "curator.max_completion_tokens=96", "curator.max_missing_turn_share=0.4"])
+    out = tmp_path / "run"
+    with pytest.raises(MissingTurnsError, match=r"step 1: \d+% of this step's positions had no curator turn"):
+        train(spec, out, cache_dir=cache_dir, data_root=alfworld_data)
+    rollouts = list(read_jsonl(RunPaths(out).rollouts))
+    assert len(rollouts) == spec.batch.trajectories and all(r["turns_missing"] >= 1 for r in rollouts)
+    assert not RunPaths(out).checkpoints.exists()  # no update, no checkpoint

@@ -156,8 +156,20 @@ def test_unmeasured_share_aborts_the_step_before_the_update():
     compute_advantage(data, adv_estimator="twinrun_grpo", config=_algo(max_unmeasured_share=0.5))
 
 
+def test_missing_turns_abort_the_step_before_the_update():
+    from twinrun.core.step_health import MissingTurnsError
+
+    tags = [RolloutTag(True, [0.5, 0.5], episodes=2, turns_missing=2), RolloutTag(True, [0.0, 0.0], episodes=2)]
+    data = _data([1.0, 0.0], [encode_uid("g", t) for t in tags], MASKS[:2])
+    with pytest.raises(MissingTurnsError, match=r"50% of this step's positions had no curator turn \(2 of 4\)"):
+        compute_advantage(data, adv_estimator="twinrun_grpo", config=_algo(max_missing_turn_share=0.25))
+    data = _data([1.0, 0.0], [encode_uid("g", t) for t in tags], MASKS[:2])
+    compute_advantage(data, adv_estimator="twinrun_grpo", config=_algo(max_missing_turn_share=0.5))
+
+
 def test_uid_tag_roundtrip_and_turn_index():
-    tag = RolloutTag(False, [0.1, 0.2], ["a", None], [True, False], episodes=3, unmeasured=1, segments=[[1], [1, 2]])
+    tag = RolloutTag(False, [0.1, 0.2], ["a", None], [True, False], episodes=3, unmeasured=1, segments=[[1], [1, 2]],
+                     turns_missing=1)
     group, back = decode_uid(encode_uid("abc", tag))
     assert group == "abc" and back == tag
     assert decode_uid("plain") == ("plain", None)
@@ -175,5 +187,6 @@ def test_estimator_overrides_carry_every_advantage_knob(repo_root):
     assert ov["algorithm.adv_estimator"] == "twinrun_gigpo"
     knobs = {k.removeprefix("+algorithm.twinrun."): v for k, v in ov.items() if k.startswith("+algorithm.twinrun.")}
     assert knobs.pop("max_unmeasured_share") == spec.executor.max_unmeasured_share
+    assert knobs.pop("max_missing_turn_share") == spec.curator.max_missing_turn_share
     assert AlgorithmSpec(estimator="gigpo", **knobs).gamma == 0.9
     assert set(knobs) == set(AlgorithmSpec.model_fields) - {"estimator", "loss_aggregation"}

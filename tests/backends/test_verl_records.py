@@ -30,20 +30,23 @@ def _term(name, value, num=None, den=None):
     return {"name": name, "weight": 1.0, "disabled": False, "value": value, "numerator": num, "denominator": den}
 
 
-def _rollout(step, total, r_task=(1.0, 1, 1), episodes=3, tool_calls=1):
+def _rollout(step, total, r_task=(1.0, 1, 1), episodes=3, tool_calls=1, turns_missing=0):
     return {
         "step": step, "reward": {"total": total, "r_task": _term("r_task", r_task[0], r_task[1], r_task[2]),
                                  "r_fc": _term("r_fc", 1.0), "r_cnt": _term("r_cnt", None), "r_comp": _term("r_comp", 0.5)},
         "positions_measured": 2, "executor_episodes": episodes, "executor_calls": 10 * episodes,
         "unmeasured_episodes": 0, "positions": [{"tool_calls": tool_calls}, {"tool_calls": 0}], "ops_invalid": 0,
+        "turns_missing": turns_missing,
     }
 
 
 def test_step_rows_map_verl_names_and_use_core_records(spec):
     verl = {1: {"training/global_step": 1, "actor/entropy": 2.5, "actor/grad_norm": 0.3, "actor/pg_clipfrac": 0.0,
                 "response_length/mean": 120.0, "timing_s/step": 9.0, "timing_s/gen": 6.0, "timing_s/update_actor": 1.0}}
-    rollouts = [_rollout(0, 1.5), _rollout(0, 0.5, r_task=(0.0, 0, 1)), _rollout(0, None, r_task=(None, 0, 0))]
+    rollouts = [_rollout(0, 1.5), _rollout(0, 0.5, r_task=(0.0, 0, 1), turns_missing=1),
+                _rollout(0, None, r_task=(None, 0, 0), turns_missing=2)]
     (row,) = step_rows(spec, verl, rollouts, optimizer_updates=1)
+    assert (row.turns_missing, row.turns_missing_share) == (3, 0.5)  # 3 of 6 positions had no curator turn
     assert isinstance(row, StepMetrics) and row.backend == "verl" and row.step == 1
     assert row.reward_mean == pytest.approx(1.0) and row.reward_std == pytest.approx(0.7071067811865476)
     assert row.r_task_measured_mean == pytest.approx(0.5)  # pooled 1/2, as the TRL backend computes it
@@ -109,12 +112,15 @@ def test_data_rows_are_cores_task_groups_in_order(spec, alfworld_data):
     assert {r["agent_name"] for r in rows} == {"twinrun_curator"}
 
 
-def test_an_infrastructure_error_inside_verl_is_recognised_in_its_log(tmp_path):
-    from twinrun.backends.verl.train import _infrastructure_failure
+def test_a_step_gate_error_inside_verl_is_recognised_in_its_log(tmp_path):
+    from twinrun.backends.verl.train import _gate_failure
 
     log = tmp_path / "verl.log"
     log.write_text("step:1 ...\n(TaskRunnerV1 pid=1) twinrun.core.errors.InfrastructureError: 40% of this step's "
                    "executor episodes were unmeasured\nSet the environment variable HYDRA_FULL_ERROR=1\n")
-    assert _infrastructure_failure(log) == "40% of this step's executor episodes were unmeasured"
+    assert _gate_failure(log) == ("InfrastructureError", "40% of this step's executor episodes were unmeasured")
+    log.write_text("(TaskRunnerV1 pid=1) twinrun.core.step_health.MissingTurnsError: 60% of this step's positions "
+                   "had no curator turn\n")
+    assert _gate_failure(log) == ("MissingTurnsError", "60% of this step's positions had no curator turn")
     log.write_text("ValueError: something else\n")
-    assert _infrastructure_failure(log) is None
+    assert _gate_failure(log) is None

@@ -19,7 +19,6 @@ from twinrun.core.curation import (
     TaskGroup,
     TaskGroupSampler,
     anchor_of,
-    check_step_health,
 )
 from twinrun.core.envs import EnvPool
 from twinrun.core.envs.alfworld import AlfWorldCatalog
@@ -31,6 +30,7 @@ from twinrun.core.records import JsonlWriter, read_jsonl
 from twinrun.core.rewards import whitespace_tokens
 from twinrun.core.skills import SkillRepo
 from twinrun.core.spec import RewardSpec, load_spec
+from twinrun.core.step_health import StepCounts, check_step_health
 from twinrun.core.toolcalls import CURATE_TOOL, format_curate_call
 from twinrun.testing.local_openai import LocalOpenAIServer
 
@@ -274,9 +274,10 @@ def test_unmeasured_positions_leave_the_denominator(pool, prompts, group):
             s.submit("")
             s.submit("")
             result = s.finish()
+            counts = StepCounts.from_records([result.record.model_dump()])
             with pytest.raises(InfrastructureError, match="33% of this step's executor episodes were unmeasured"):
-                check_step_health([result], 0.2)
-            check_step_health([result], 0.5)
+                check_step_health(counts, max_unmeasured_share=0.2)
+            check_step_health(counts, max_unmeasured_share=0.5)
         finally:
             rt.close()
     assert [p.outcome for p in result.record.positions] == ["failure", "unmeasured", "failure"]

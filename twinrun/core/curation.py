@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from twinrun.core.envs import EnvPool, GameCatalog, GameRef, make_catalog, make_pool
-from twinrun.core.errors import InfrastructureError, TwinrunError
+from twinrun.core.errors import TwinrunError
 from twinrun.core.executors import BackgroundLoop, Executor, make_executor
 from twinrun.core.react import Episode, PromptTemplate
 from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, JudgeRecord, Provenance
@@ -700,27 +700,6 @@ async def _ajudge(judge: Any, request: Any) -> Any:
     return await asyncio.to_thread(judge.judge, request)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Step-level health
-
-
-def unmeasured_share(results: Sequence[CurationResult]) -> float:
-    """Unmeasured episodes / episodes played, over the results of one step (0.0 when none were played)."""
-    played = sum(r.record.executor_episodes for r in results)
-    return sum(r.record.unmeasured_episodes for r in results) / played if played else 0.0
-
-
-def check_step_health(results: Sequence[CurationResult], max_unmeasured_share: float) -> None:
-    """Raise InfrastructureError when more episodes than `executor.max_unmeasured_share` were unmeasured: the
-    step's rewards would rest on too few measurements (the backend aborts or retries the step)."""
-    share = unmeasured_share(results)
-    if share > max_unmeasured_share:
-        raise InfrastructureError(
-            f"{share:.0%} of this step's executor episodes were unmeasured, above executor.max_unmeasured_share="
-            f"{max_unmeasured_share:.0%} (the executor endpoint or the simulator is failing; see episodes.jsonl reasons)"
-        )
-
-
 __all__ = [
     "CurationError",
     "CurationRecord",
@@ -732,8 +711,6 @@ __all__ = [
     "TaskGroup",
     "TaskGroupSampler",
     "anchor_of",
-    "check_step_health",
     "play_with_repo",
     "stable_int",
-    "unmeasured_share",
 ]

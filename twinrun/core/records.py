@@ -316,6 +316,8 @@ class StepMetrics(_Row):
     executor_calls: int
     unmeasured_episodes: int
     optimizer_updates: int
+    turns_missing: int = 0  # positions played without a curator turn (curator.max_missing_turn_share gates it)
+    turns_missing_share: float | None = None  # turns_missing / positions of the step
     tool_calls: int = 0
     tool_failures: int = 0
     entropy: float | None = None
@@ -417,6 +419,8 @@ def curation_step_metrics(step: int, records: Sequence[dict[str, Any]], *, backe
     num = sum(r["reward"]["r_task"]["numerator"] or 0.0 for r in records)
     den = sum(r["reward"]["r_task"]["denominator"] or 0 for r in records)
     positions = [int(r["positions_measured"]) for r in records]
+    n_positions = sum(len(r["positions"]) for r in records)
+    missing = sum(int(r["turns_missing"]) for r in records)
     return StepMetrics(
         step=step,
         backend=backend,
@@ -431,5 +435,7 @@ def curation_step_metrics(step: int, records: Sequence[dict[str, Any]], *, backe
         executor_calls=sum(int(r["executor_calls"]) for r in records),
         unmeasured_episodes=sum(int(r["unmeasured_episodes"]) for r in records),
         optimizer_updates=optimizer_updates,
+        turns_missing=missing,
+        turns_missing_share=(missing / n_positions) if n_positions else None,
         provenance=provenance,
     )

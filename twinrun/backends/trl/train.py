@@ -152,6 +152,7 @@ def train(
             updates_per_step=updates_per_step,
             on_batch=recorder.on_batch,
             max_unmeasured_share=spec.executor.max_unmeasured_share,
+            max_missing_turn_share=spec.curator.max_missing_turn_share,
         )
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     wall = time.perf_counter() - t_start

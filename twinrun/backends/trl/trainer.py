@@ -31,8 +31,9 @@ from twinrun.backends.trl.environment import SessionBroker
 from twinrun.backends.trl.token_advantages import model_segments, spread_advantages
 from twinrun.core.advantages import EstimatorConfig, compute_advantages
 from twinrun.core.curation import CurationResult
-from twinrun.core.errors import InfrastructureError, TwinrunError
+from twinrun.core.errors import TwinrunError
 from twinrun.core.policy_input import segment_positions
+from twinrun.core.step_health import StepCounts, check_step_health
 from twinrun.core.toolcalls import CURATE_TOOL
 
 
@@ -45,6 +46,7 @@ class TwinrunGRPOTrainer(GRPOTrainer):
         updates_per_step: int,
         on_batch: Callable[[int, list[dict[str, Any]], dict[str, Any]], None] | None = None,
         max_unmeasured_share: float = 1.0,
+        max_missing_turn_share: float = 1.0,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -53,6 +55,7 @@ class TwinrunGRPOTrainer(GRPOTrainer):
         self.updates_per_step = updates_per_step
         self.on_batch = on_batch
         self.max_unmeasured_share = max_unmeasured_share
+        self.max_missing_turn_share = max_missing_turn_share
         self.last_trl_advantages: torch.Tensor | None = None
         self._last_completions: list[list[dict[str, Any]]] | None = None
         self.last_core_advantages: torch.Tensor | None = None
@@ -114,15 +117,11 @@ class TwinrunGRPOTrainer(GRPOTrainer):
                                "core": adv.tolist() if adv.dim() == 1 else None,
                                "estimator": self.estimator.knobs()},
             })
-        played = sum(int(r["executor_episodes"]) for r, _ in records)
-        unmeasured = sum(int(r["unmeasured_episodes"]) for r, _ in records)
-        if played and unmeasured / played > self.max_unmeasured_share:
-            # too few measurements to train on: stop (the run resumes from its last checkpoint once fixed)
-            raise InfrastructureError(
-                f"step {step + 1}: {unmeasured} of {played} executor episodes were unmeasured, above "
-                f"executor.max_unmeasured_share={self.max_unmeasured_share:.0%} (the executor endpoint or the "
-                "simulator is failing; see episodes.jsonl reasons, then --resume)"
-            )
+        # the step gates, on the records of every process, before the update (the run resumes from its last
+        # checkpoint once the cause is fixed)
+        check_step_health(StepCounts.from_records([r for r, _ in records]), step=step + 1,
+                          max_unmeasured_share=self.max_unmeasured_share,
+                          max_missing_turn_share=self.max_missing_turn_share)
         return out
 
     # -- advantages ------------------------------------------------------------------------------------------

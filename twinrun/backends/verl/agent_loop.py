@@ -130,7 +130,7 @@ class CuratorAgentLoop(AgentLoopBase):
             lo = hi = max(step - 1, 0)
         tag = RolloutTag(measured=summary.measured, step_rewards=summary.step_rewards, anchors=summary.anchors,
                          valid=summary.valid, episodes=summary.executor_episodes,
-                         unmeasured=summary.unmeasured_episodes,
+                         unmeasured=summary.unmeasured_episodes, turns_missing=summary.turns_missing,
                          segments=segment_positions(turns, turn_log, len(summary.anchors)))
         reward = summary.total if summary.measured else 0.0
         if not math.isfinite(reward):

@@ -13,9 +13,10 @@ the curator agent loop (agent_loop.py) tags each rollout as ``"<prompt uid>|<jso
 - ``s``: per curator turn (run of ``response_mask == 1``), the 1-based positions whose advantage its tokens carry
   (core's rule, `twinrun.core.policy_input.segment_positions`, shared with the TRL backend: the positions its ``curate``
   calls applied to; a turn whose calls reached no position, e.g. the closing reply, carries the pending one),
-- ``e``/``u``: executor episodes the rollout played / of which unmeasured: the estimator sees the whole step
-  before the update, so it enforces ``executor.max_unmeasured_share`` there (raises InfrastructureError, which
-  aborts the run before an update on too few measurements).
+- ``e``/``u``: executor episodes the rollout played / of which unmeasured, ``t``: positions played without a
+  curator turn: the estimator sees the whole step before the update, so it applies core's step gates there
+  (`twinrun.core.step_health`: ``executor.max_unmeasured_share`` raises InfrastructureError,
+  ``curator.max_missing_turn_share`` MissingTurnsError), aborting the run before an update on too little.
 
 A row's curator turns are the runs of ``response_mask == 1`` (observations between them are masked 0); GiGPO writes
 on each run the mean advantage of its positions (``s``); outcome estimators write one advantage on all its tokens.
@@ -43,7 +44,7 @@ def registered_name(estimator: str) -> str:
     return PREFIX + estimator
 
 
-HEALTH_KEY = "max_unmeasured_share"
+HEALTH_KEYS = ("max_unmeasured_share", "max_missing_turn_share")  # core's step gates, carried with the knobs
 
 
 def estimator_overrides(spec: Any) -> dict[str, Any]:
@@ -52,7 +53,8 @@ def estimator_overrides(spec: Any) -> dict[str, Any]:
     knobs = spec.algorithm.model_dump(mode="json")
     knobs.pop("estimator", None)
     knobs.pop("loss_aggregation", None)  # a loss knob, not an advantage knob
-    knobs[HEALTH_KEY] = spec.executor.max_unmeasured_share
+    knobs[HEALTH_KEYS[0]] = spec.executor.max_unmeasured_share
+    knobs[HEALTH_KEYS[1]] = spec.curator.max_missing_turn_share
     out: dict[str, Any] = {"algorithm.adv_estimator": registered_name(spec.algorithm.estimator)}
     out.update({f"+algorithm.{KNOBS_KEY}.{k}": v for k, v in knobs.items()})
     return out
@@ -73,12 +75,13 @@ class RolloutTag:
     episodes: int = 0
     unmeasured: int = 0
     segments: list[list[int]] = field(default_factory=list)
+    turns_missing: int = 0
 
     def to_json(self) -> str:
         return json.dumps(
             {"m": int(self.measured), "r": [float(x) for x in self.step_rewards], "a": self.anchors,
              "v": [int(bool(x)) for x in self.valid], "e": int(self.episodes), "u": int(self.unmeasured),
-             "s": [[int(p) for p in seg] for seg in self.segments]},
+             "s": [[int(p) for p in seg] for seg in self.segments], "t": int(self.turns_missing)},
             separators=(",", ":"),
         )
 
@@ -88,7 +91,7 @@ class RolloutTag:
         return cls(measured=bool(d.get("m", 1)), step_rewards=[float(x) for x in d.get("r", [])],
                    anchors=list(d.get("a", [])), valid=[bool(x) for x in d.get("v", [])],
                    episodes=int(d.get("e", 0)), unmeasured=int(d.get("u", 0)),
-                   segments=[[int(p) for p in seg] for seg in d.get("s", [])])
+                   segments=[[int(p) for p in seg] for seg in d.get("s", [])], turns_missing=int(d.get("t", 0)))
 
 
 def encode_uid(group_uid: str, tag: RolloutTag) -> str:
@@ -124,29 +127,24 @@ def _knobs(config: Any) -> dict[str, Any]:
     return dict(block)
 
 
-def _estimator_config(estimator: str, config: Any) -> tuple[Any, float | None]:
-    """(core EstimatorConfig, max unmeasured share or None) from ``algorithm.twinrun``."""
+def _estimator_config(estimator: str, config: Any) -> tuple[Any, dict[str, float]]:
+    """(core EstimatorConfig, the step gates' limits) from ``algorithm.twinrun``."""
     from twinrun.core.advantages import estimator_config
     from twinrun.core.spec import AlgorithmSpec
 
     knobs = _knobs(config)
-    share = knobs.pop(HEALTH_KEY, None)
-    return estimator_config(AlgorithmSpec(estimator=estimator, **knobs)), share
+    gates = {k: float(knobs.pop(k)) for k in HEALTH_KEYS if knobs.get(k) is not None}
+    return estimator_config(AlgorithmSpec(estimator=estimator, **knobs)), gates
 
 
-def check_health(tags: list[RolloutTag], max_share: float | None) -> None:
-    """executor.max_unmeasured_share over the step's rollouts (the rule of `core.curation.check_step_health`)."""
-    if max_share is None:
-        return
-    played = sum(t.episodes for t in tags)
-    share = sum(t.unmeasured for t in tags) / played if played else 0.0
-    if share > max_share:
-        from twinrun.core.errors import InfrastructureError
+def check_health(tags: list[RolloutTag], gates: dict[str, float]) -> None:
+    """Core's step gates (`twinrun.core.step_health.check_step_health`) over the step's rollouts."""
+    from twinrun.core.step_health import StepCounts, check_step_health
 
-        raise InfrastructureError(
-            f"{share:.0%} of this step's executor episodes were unmeasured, above executor.max_unmeasured_share="
-            f"{max_share:.0%} (the executor endpoint or the simulator is failing; see episodes.jsonl reasons)"
-        )
+    counts = StepCounts(episodes=sum(t.episodes for t in tags), unmeasured=sum(t.unmeasured for t in tags),
+                        positions=sum(len(t.step_rewards) for t in tags),
+                        turns_missing=sum(t.turns_missing for t in tags))
+    check_step_health(counts, **gates)
 
 
 def turn_index(response_mask: Any) -> Any:
@@ -190,9 +188,9 @@ def compute_twinrun_advantage(estimator: str, token_level_rewards: Any, response
 
     from twinrun.core.advantages import compute_advantages
 
-    cfg, max_share = _estimator_config(estimator, config)
+    cfg, gates = _estimator_config(estimator, config)
     groups, tags, scores = _rows(token_level_rewards, index, estimator)
-    check_health(tags, max_share)
+    check_health(tags, gates)
     n = len(groups)
     mask = response_mask.to(token_level_rewards.dtype)
 

@@ -31,6 +31,7 @@ class RolloutSummary:
     reward_terms: dict[str, float | None]
     executor_episodes: int
     unmeasured_episodes: int
+    turns_missing: int = 0
 
 
 class CurationContext:
@@ -137,6 +138,7 @@ class CurationContext:
             reward_terms={k: v for k, v in result.reward.terms().items()},
             executor_episodes=rec.executor_episodes,
             unmeasured_episodes=rec.unmeasured_episodes,
+            turns_missing=rec.turns_missing,
         )
 
 

@@ -42,6 +42,7 @@ from twinrun.backends.verl.names import AGENT_LOOP_CLASS, AGENT_LOOP_NAME, CHECK
 from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
+from twinrun.core.step_health import MissingTurnsError
 from twinrun.core.tracking import step_reporter
 
 R = vconfig.R
@@ -125,10 +126,12 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     finally:
         reporter.close()
     if rc != 0:
-        infra = _infrastructure_failure(run_log)
-        if infra:  # the estimator's executor.max_unmeasured_share check (or an endpoint) aborted the step
-            raise InfrastructureError(f"verl training stopped: {infra} (log: {run_log}; --resume continues after "
-                                      f"step {_latest_shard_step(dirs)})")
+        gate = _gate_failure(run_log)
+        if gate:  # core's step gates (raised in the estimator) or an endpoint aborted the step
+            kind, message = gate
+            error = MissingTurnsError if kind == "MissingTurnsError" else InfrastructureError
+            raise error(f"verl training stopped: {message} (log: {run_log}; --resume continues after "
+                        f"step {_latest_shard_step(dirs)})")
         raise TwinrunError(
             f"verl training: main_ppo exited with code {rc} (fix: see {run_log}; "
             f"--resume continues after step {_latest_shard_step(dirs)})"
@@ -138,8 +141,9 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
             "resumed_from": done if resume else None}
 
 
-def _infrastructure_failure(log_path: Path) -> str | None:
-    """The message of an InfrastructureError raised inside verl's processes, from the tail of the run's log."""
+def _gate_failure(log_path: Path) -> tuple[str, str] | None:
+    """(error class, message) of the last InfrastructureError / MissingTurnsError raised inside verl's
+    processes, from the tail of the run's log."""
     try:
         with open(log_path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -147,8 +151,11 @@ def _infrastructure_failure(log_path: Path) -> str | None:
             tail = f.read().decode("utf-8", "replace")
     except OSError:
         return None
-    hits = [line for line in tail.splitlines() if "InfrastructureError:" in line]
-    return hits[-1].split("InfrastructureError:", 1)[1].strip() if hits else None
+    for line in reversed(tail.splitlines()):
+        for kind in ("MissingTurnsError", "InfrastructureError"):
+            if f"{kind}:" in line:
+                return kind, line.split(f"{kind}:", 1)[1].strip()
+    return None
 
 
 def checkpoint_steps(paths: RunPaths) -> list[int]:

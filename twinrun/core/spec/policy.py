@@ -24,6 +24,11 @@ class CuratorSpec(_Strict):
     )
     precision: Literal["bf16", "fp32"] = "bf16"
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning")
+    max_missing_turn_share: float = Field(
+        0.5, ge=0.0, le=1.0,
+        description="stop a step when more of its positions than this were played without a curator turn "
+        "(completion cap reached, or the curator stopped calling curate); 1.0 never stops",
+    )
 
     @model_validator(mode="after")
     def _lengths(self) -> CuratorSpec:
