@@ -60,6 +60,12 @@ def neutral_values(spec: ExperimentSpec) -> dict[str, Any]:
     }
 
 
+def _anchor_text(spec: ExperimentSpec) -> str:
+    g = spec.algorithm.gigpo
+    match = f", similarity >= {g.similarity}" if g.anchor_match == "similarity" else ""
+    return f"{g.anchor} ({g.anchor_match}{match})"
+
+
 def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
     """Differences that no knob removes (advantage-semantics.md §9.2), stated for this spec."""
     both = {b: "(framework)" for b in backends}
@@ -68,6 +74,16 @@ def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
             "advantage_math", f"core {spec.algorithm.estimator}, eps={spec.algorithm.eps}",
             {b: "core.advantages.compute_advantages" for b in backends}, "equal",
             "both backends call the same core function (group stats, eps, singletons, unmeasured rollouts)",
+        ),
+        KnobRow(
+            "reward_call_pooling", spec.reward.call_pooling, {b: "core.rewards.composite_reward" for b in backends},
+            "equal", "per_position: r_fc/r_cnt are means over the |G| positions (the paper); pooled: over the calls made",
+        ),
+        KnobRow(
+            "gigpo_anchor", _anchor_text(spec), {b: "core.anchors (the curation session keys each position)"
+                                                 for b in backends}, "equal",
+            "which curator decisions share a step baseline" + ("" if spec.algorithm.estimator == "gigpo"
+                                                                 else "; unused: estimator is not gigpo"),
         ),
         KnobRow(
             "sample_unit", "one sequence per curation rollout",

@@ -167,12 +167,22 @@ def test_gigpo_trains_with_per_token_advantages(smoke, cache_dir, alfworld_data,
     """GiGPO's (B, T) advantages (per-position spans from TRL's tool mask) go through TRL's real loss."""
     from twinrun.backends.trl.train import train
 
+    from twinrun.core.advantages import estimator_config
+    from twinrun.core.anchors import anchor_stats, step_rows
+
     spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml",
-                     ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1"])
+                     ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1", "batch.rollouts_per_group=4"])
     summary = train(spec, tmp_path / "run", cache_dir=cache_dir, data_root=alfworld_data)
     assert summary["checkpoints"] == [1]
     (row,) = read_jsonl(RunPaths(tmp_path / "run").metrics)
     assert StepMetrics.model_validate(row).grad_norm is not None
+    # the anchor-group shares in metrics.jsonl are those of the rows the estimator got (default anchor)
+    rollouts = list(read_jsonl(RunPaths(tmp_path / "run").rollouts))
+    cfg = estimator_config(spec.algorithm)
+    stats = {k: anchor_stats(cfg, step_rows(rollouts, kind=k)) for k in ("position_outcome", "position", "exact_input")}
+    print("trl smoke gigpo anchors:", json.dumps(stats))
+    assert row["anchor_singleton_share"] == stats["position_outcome"]["anchor_singleton_share"] is not None
+    assert row["step_adv_nonzero_share"] == stats["position_outcome"]["step_adv_nonzero_share"] is not None
     (batch,) = _batches(tmp_path / "run")
     assert batch["advantages"]["core"] is None  # per-token: not one number per rollout
     assert batch["advantages"]["estimator"]["estimator"] == "gigpo"

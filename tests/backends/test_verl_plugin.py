@@ -25,7 +25,7 @@ from twinrun.backends.verl.estimators import (  # noqa: E402
     turn_index,
 )
 from twinrun.core.errors import InfrastructureError  # noqa: E402
-from twinrun.core.spec import AlgorithmSpec  # noqa: E402
+from twinrun.core.spec import AlgorithmSpec, GigpoSpec  # noqa: E402
 
 NAMES = ("twinrun_grpo", "twinrun_dr_grpo", "twinrun_rloo", "twinrun_gigpo")
 
@@ -116,7 +116,7 @@ def test_gigpo_writes_each_position_on_its_own_curator_turn():
     data = _data([1.0, 0.5], uids, masks)
     adv = compute_advantage(
         data, adv_estimator="twinrun_gigpo",
-        config=_algo(gamma=1.0, step_weight=1.0, gigpo_mode="mean_norm", anchor_match="exact"),
+        config=_algo(gigpo={"gamma": 1.0, "step_weight": 1.0, "mode": "mean_norm", "anchor_match": "exact"}),
     ).batch["advantages"]
     # episode level (mean_norm): R = 1.0, 0.5 -> A^E = +0.25, -0.25
     # step level: anchor x shared: returns G = 1.0 and 0.5 -> A^S = +0.25, -0.25 ; y1, y2 singletons -> 0
@@ -182,11 +182,21 @@ def test_uid_tag_roundtrip_and_turn_index():
 def test_estimator_overrides_carry_every_advantage_knob(repo_root):
     from twinrun.core.spec import load_spec
 
-    spec = load_spec(repo_root / "experiments/smoke-cpu.yaml", ["algorithm.estimator=gigpo", "algorithm.gamma=0.9"])
+    spec = load_spec(repo_root / "experiments/smoke-cpu.yaml",
+                     ["algorithm.estimator=gigpo", "algorithm.gigpo.gamma=0.9", "algorithm.gigpo.anchor=position"])
     ov = estimator_overrides(spec)
     assert ov["algorithm.adv_estimator"] == "twinrun_gigpo"
     knobs = {k.removeprefix("+algorithm.twinrun."): v for k, v in ov.items() if k.startswith("+algorithm.twinrun.")}
     assert knobs.pop("max_unmeasured_share") == spec.executor.max_unmeasured_share
     assert knobs.pop("max_missing_turn_share") == spec.curator.max_missing_turn_share
-    assert AlgorithmSpec(estimator="gigpo", **knobs).gamma == 0.9
-    assert set(knobs) == set(AlgorithmSpec.model_fields) - {"estimator", "loss_aggregation"}
+    gigpo = {k.removeprefix("gigpo."): knobs.pop(k) for k in [k for k in knobs if k.startswith("gigpo.")]}
+    algo = AlgorithmSpec(estimator="gigpo", gigpo=gigpo, **knobs)
+    assert (algo.gigpo.gamma, algo.gigpo.anchor) == (0.9, "position")
+    assert set(knobs) | {"gigpo"} == set(AlgorithmSpec.model_fields) - {"estimator", "loss_aggregation"}
+    assert set(gigpo) == set(GigpoSpec.model_fields)
+    # what verl's hydra hands the estimator (nested) and a flat block both give the spec's EstimatorConfig
+    from twinrun.backends.verl.estimators import _estimator_config
+    from twinrun.core.advantages import estimator_config
+
+    for block in ({**knobs, "gigpo": gigpo}, {**knobs, **{f"gigpo.{k}": v for k, v in gigpo.items()}}):
+        assert _estimator_config("gigpo", _algo(**block))[0] == estimator_config(spec.algorithm)

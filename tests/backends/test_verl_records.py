@@ -124,3 +124,23 @@ def test_a_step_gate_error_inside_verl_is_recognised_in_its_log(tmp_path):
     assert _gate_failure(log) == ("MissingTurnsError", "60% of this step's positions had no curator turn")
     log.write_text("ValueError: something else\n")
     assert _gate_failure(log) is None
+
+
+def test_gigpo_steps_report_their_anchor_groups(repo_root):
+    """Under estimator: gigpo both backends log anchor_singleton_share and step_adv_nonzero_share from the
+    records' own anchors and step rewards (core.records.curation_step_metrics)."""
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["algorithm.estimator=gigpo"])
+    verl = {1: {"training/global_step": 1}}
+    rows = []
+    for r, (srs, anchors) in enumerate([([0.5, 0.1], ["p1|a", "p2|b"]), ([0.0, 0.3], ["p1|a", "p2|c"]),
+                                        ([0.2, 0.3], ["p1|a", "p2|c"])]):
+        row = _rollout(0, sum(srs))
+        row.update(group_id="g", rollout_index=r, step_rewards=srs,
+                   positions=[{"index": i + 1, "anchor": a, "tool_calls": 1} for i, a in enumerate(anchors)])
+        rows.append(row)
+    (row,) = step_rows(spec, verl, rows, optimizer_updates=1)
+    # p2|b alone (1 of 6 rows); returns at p2|c are equal (0.3, 0.3) -> A^S = 0 there and on the singleton
+    assert row.anchor_singleton_share == pytest.approx(1 / 6)
+    assert row.step_adv_nonzero_share == pytest.approx(3 / 6)
+    (plain,) = step_rows(load_spec(repo_root / "experiments" / "smoke-cpu.yaml"), verl, rows, optimizer_updates=1)
+    assert plain.anchor_singleton_share is None  # grpo: no anchors

@@ -361,7 +361,7 @@ def test_compute_advantages_maps_the_spec():
 
 
 def test_compute_advantages_gigpo_rows():
-    spec = AlgorithmSpec(estimator="gigpo", gamma=1.0, step_weight=1.0, gigpo_mode="mean_norm")
+    spec = AlgorithmSpec(estimator="gigpo", gigpo={"gamma": 1.0, "step_weight": 1.0, "mode": "mean_norm"})
     episode = [{"A": 1.0, "B": 0.0, "C": 1.0}[x] for x in TRAJ]
     got = compute_advantages(spec, episode, GRP, traj_ids=TRAJ, step_index=STEP, anchors=ANCH, step_rewards=REW)
     # twinrun pools per trajectory (Eq. 3): mu_E = 2/3 -> A^E = +1/3 (A, C), -2/3 (B); A^S as in the rows case

@@ -27,10 +27,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the rows/groups/presets JSON instead of tables"),
         plot: Optional[Path] = typer.Option(None, "--plot", help="write per-group advantages side by side (PNG)"),
         max_rows: int = typer.Option(40, "--max-rows", min=0, help="rows shown in the table (all are in --json)"),
+        anchor: Optional[str] = typer.Option(
+            None, "--anchor", help="re-key a rollouts.jsonl's GiGPO anchors: position_outcome, position or exact_input"
+        ),
     ) -> None:
         """Advantages of the same rewards under several frameworks' semantics, side by side."""
         names = resolve_presets(presets)
-        result = compute_table(load_rows(file), names)
+        result = compute_table(load_rows(file, anchor), names)
         if plot is not None:
             write_plot(result, plot)
         if as_json:

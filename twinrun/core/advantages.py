@@ -665,10 +665,11 @@ def estimator_config(algo: AlgorithmSpec) -> EstimatorConfig:
     if est == "dr_grpo":
         return EstimatorConfig("dr_grpo", scale="none", eps=algo.eps, invalid_penalty=algo.invalid_penalty)
     if est == "gigpo":
+        g = algo.gigpo
         return EstimatorConfig(
-            "gigpo", eps=algo.eps, singleton="zero", pool="trajectory", gamma=algo.gamma,
-            step_weight=algo.step_weight, gigpo_mode=algo.gigpo_mode, anchor_match=algo.anchor_match,
-            similarity=algo.similarity, step_singleton="zero", invalid_penalty=algo.invalid_penalty,
+            "gigpo", eps=algo.eps, singleton="zero", pool=g.episode_pool, gamma=g.gamma,
+            step_weight=g.step_weight, gigpo_mode=g.mode, anchor_match=g.anchor_match,
+            similarity=g.similarity, step_singleton=g.anchor_singleton, invalid_penalty=algo.invalid_penalty,
         )
     return EstimatorConfig(est, scale=algo.scale, eps=algo.eps, invalid_penalty=algo.invalid_penalty)
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from twinrun.core.advantages import PRESETS, advantages_for_rows
+from twinrun.core.anchors import ANCHOR_KINDS, AnchorError, record_anchors
 from twinrun.core.errors import TwinrunError
 
 DEFAULT_PRESETS = ("trl", "verl", "verl_agent_gigpo", "twinrun_paper")
@@ -66,8 +67,13 @@ def _label(value: Any, field: str, where: str) -> str:
     return str(value)
 
 
-def parse_rows(lines: list[str], source: str = "<input>") -> AdvdiffInput:
-    """Validate and parse advdiff JSON lines (see module docstring). Raises AdvdiffInputError on the first bad line."""
+def parse_rows(lines: list[str], source: str = "<input>", anchor: str | None = None) -> AdvdiffInput:
+    """Validate and parse advdiff JSON lines (see module docstring). Raises AdvdiffInputError on the first bad line.
+
+    anchor: re-key the GiGPO anchors of rollouts.jsonl rows to this ``algorithm.gigpo.anchor`` kind
+    (core.anchors.record_anchors); None keeps the anchors as recorded."""
+    if anchor is not None and anchor not in ANCHOR_KINDS:
+        raise AdvdiffInputError(f"--anchor: {anchor!r} is not an anchor (fix: one of {', '.join(ANCHOR_KINDS)})")
     acc: tuple[list, ...] = ([], [], [], [], [], [], [])  # groups, trajs, steps, rewards, anchors, valid, lines
     traj_group: dict[str, tuple[str, int]] = {}
     seen: dict[tuple[str, int], int] = {}
@@ -81,7 +87,7 @@ def parse_rows(lines: list[str], source: str = "<input>") -> AdvdiffInput:
             raise AdvdiffInputError(f"{where}: not JSON: {e.msg} (fix: one JSON object per line)") from None
         if not isinstance(obj, dict):
             raise AdvdiffInputError(f"{where}: a JSON {type(obj).__name__}, not an object (fix: one object per line)")
-        for obj in _curation_steps(obj, where) if obj.get("kind") == "curation_rollout" else [obj]:
+        for obj in _curation_steps(obj, where, anchor) if obj.get("kind") == "curation_rollout" else [obj]:
             _add_row(obj, where, n, acc, traj_group, seen)
     groups, trajs, steps, rewards, anchors, valid, linenos = acc
     if not groups:
@@ -92,11 +98,11 @@ def parse_rows(lines: list[str], source: str = "<input>") -> AdvdiffInput:
     )
 
 
-def _curation_steps(rec: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _curation_steps(rec: dict[str, Any], where: str, anchor: str | None = None) -> list[dict[str, Any]]:
     """A rollouts.jsonl row of a twinrun training run (core.curation.CurationRecord) as one step row per position:
     group = "<group_id>@<training step>", trajectory = "<group>/r<rollout_index>", step = position, reward = that
-    position's step reward (null when the rollout is unmeasured), anchor = hash of the curator input, valid = the
-    turn applied a valid operation."""
+    position's step reward (null when the rollout is unmeasured), anchor = the recorded GiGPO anchor (or re-keyed
+    to ``anchor``), valid = the turn applied a valid operation."""
     try:
         group = f"{rec['group_id']}@{rec['step']}"
         traj = f"{group}/r{rec['rollout_index']}"
@@ -112,11 +118,16 @@ def _curation_steps(rec: dict[str, Any], where: str) -> list[dict[str, Any]]:
             f"{where}: field 'step_rewards': {len(step_rewards)} values for {len(positions)} positions "
             "(fix: one step reward per position)"
         )
+    try:
+        anchors = record_anchors(rec, anchor) if anchor is not None else [
+            p.get("anchor") if isinstance(p, dict) else None for p in positions]
+    except (AnchorError, KeyError, TypeError) as e:
+        raise AdvdiffInputError(f"{where}: cannot re-key to --anchor {anchor}: {e}") from None
     return [
         {
             "group": group, "trajectory": traj, "step": p.get("index", i) if isinstance(p, dict) else i,
             "reward": None if total is None else step_rewards[i],
-            "anchor": p.get("anchor") if isinstance(p, dict) else None,
+            "anchor": anchors[i],
             "valid": not p.get("no_valid_call", False) if isinstance(p, dict) else True,
         }
         for i, p in enumerate(positions)
@@ -174,13 +185,13 @@ def _add_row(obj: dict[str, Any], where: str, n: int, acc: tuple[list, ...], tra
     linenos.append(n)
 
 
-def load_rows(path: str | Path) -> AdvdiffInput:
+def load_rows(path: str | Path, anchor: str | None = None) -> AdvdiffInput:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise AdvdiffInputError(f"{p}: cannot be read ({e.strerror}; fix: pass an existing JSONL file)") from None
-    return parse_rows(text.splitlines(), str(p))
+    return parse_rows(text.splitlines(), str(p), anchor)
 
 
 def resolve_presets(names: str | list[str] | tuple[str, ...]) -> list[str]:

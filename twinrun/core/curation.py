@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from twinrun.core.anchors import anchor_key, estimator_anchor, input_hash
 from twinrun.core.envs import EnvPool, GameCatalog, GameRef, make_catalog, make_pool
 from twinrun.core.errors import TwinrunError
 from twinrun.core.executors import BackgroundLoop, Executor, make_executor
@@ -57,8 +58,8 @@ def stable_int(*parts: Any) -> int:
 
 
 def anchor_of(curator_input: str) -> str:
-    """GiGPO anchor of a position: sha256[:16] of the exact curator input chi_i."""
-    return hashlib.sha256(curator_input.encode()).hexdigest()[:16]
+    """sha256[:16] of the exact curator input chi_i (the ``exact_input`` anchor; core.anchors.input_hash)."""
+    return input_hash(curator_input)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -147,7 +148,10 @@ class PositionRecord(BaseModel):
     outcome: Literal["success", "failure", "unmeasured"]
     unmeasured_reason: str | None = None
     retrieved_skills: list[str] = Field(default_factory=list)
-    anchor: str
+    anchor: str  # GiGPO's step-group key under algorithm.gigpo.anchor (core.anchors); the text under similarity
+    correctness: str | None = None  # the correctness signal the curator read here (part of position_outcome)
+    input_hash: str | None = None  # sha256[:16] of chi_i (the exact_input anchor), to re-key a run offline
+    curator_input: str | None = None  # chi_i itself, kept only under anchor_match: similarity
     curator_input_tokens: int | None = None
     repo_tokens: int | None = None
     repo_size: int = 0  # skills after this turn's ops
@@ -199,6 +203,8 @@ class PositionState:
     retrieved: list[str] = field(default_factory=list)
     curator_input: str = ""
     anchor: str = ""
+    correctness: str = ""
+    input_hash: str = ""
     input_tokens: int | None = None
     turn: CuratorTurn | None = None
     turn_missing: bool = False
@@ -299,6 +305,8 @@ class CurationRuntime:
         owns_pool: bool = True,
         include_thoughts: bool = False,
         first_position_cache_size: int = 4096,
+        anchor: str = "position_outcome",
+        anchor_match: str = "exact",
     ):
         self.env_name = env_name
         self.pool = pool
@@ -315,6 +323,9 @@ class CurationRuntime:
         self.catalog = catalog
         self.provenance = provenance
         self.include_thoughts = include_thoughts
+        anchor_key(anchor, position=1, game_id="", correctness="", input_digest="")  # an unknown kind fails here
+        self.anchor = anchor
+        self.anchor_match = anchor_match
         self.loop = loop or BackgroundLoop()
         self._owns_loop = loop is None
         self._owns_pool = owns_pool
@@ -364,7 +375,7 @@ class CurationRuntime:
             new_repo=lambda: SkillRepo.for_experiment(spec), top_k=spec.retrieval.top_k, group_size=env.group_size,
             judge=judge, count_tokens=count_tokens, share_first_position=env.share_first_position, seed=spec.seed,
             catalog=catalog, groups_per_step=spec.batch.groups_per_step, task_types=env.task_types,
-            provenance=provenance,
+            provenance=provenance, anchor=spec.algorithm.gigpo.anchor, anchor_match=spec.algorithm.gigpo.anchor_match,
         )
 
     # -- what a backend needs besides sessions
@@ -572,7 +583,13 @@ class CurationSession:
             repo_skills=repo_list,
         ).strip()
         p.curator_input = text
-        p.anchor = anchor_of(text)
+        # the anchor is fixed here, before the curator acts at this position (core.anchors)
+        p.correctness = ep.outcome
+        p.input_hash = input_hash(text)
+        rt = self.runtime
+        key = anchor_key(rt.anchor, position=p.index, game_id=p.game.game_id, correctness=p.correctness,
+                         input_digest=p.input_hash)
+        p.anchor = estimator_anchor(key, text, rt.anchor_match)
         p.input_tokens = self.runtime.count_tokens(text)
         return text
 
@@ -641,7 +658,10 @@ class CurationSession:
             PositionRecord(
                 index=p.index, game_id=p.game.game_id, outcome=p.episode.outcome,  # type: ignore[union-attr]
                 unmeasured_reason=p.episode.record.unmeasured_reason,  # type: ignore[union-attr]
-                retrieved_skills=p.retrieved, anchor=p.anchor, curator_input_tokens=p.input_tokens,
+                retrieved_skills=p.retrieved, anchor=p.anchor, correctness=p.correctness or None,
+                input_hash=p.input_hash or None,
+                curator_input=p.curator_input if self.runtime.anchor_match == "similarity" else None,
+                curator_input_tokens=p.input_tokens,
                 repo_tokens=p.repo_tokens, repo_size=p.repo_size,
                 ops=[OpRecord(function=r.function, skill_name=r.skill_name if isinstance(r.skill_name, str) else None,
                               ok=r.ok, error=r.error) for r in p.op_results],

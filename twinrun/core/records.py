@@ -318,6 +318,8 @@ class StepMetrics(_Row):
     optimizer_updates: int
     turns_missing: int = 0  # positions played without a curator turn (curator.max_missing_turn_share gates it)
     turns_missing_share: float | None = None  # turns_missing / positions of the step
+    anchor_singleton_share: float | None = None  # GiGPO: measured position rows alone in their anchor group
+    step_adv_nonzero_share: float | None = None  # GiGPO: measured position rows with |A^S| > 1e-9
     tool_calls: int = 0
     tool_failures: int = 0
     entropy: float | None = None
@@ -404,11 +406,22 @@ def mean_finite(values: Iterable[Any]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _anchor_fields(estimator: Any, records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    if estimator is None or getattr(estimator, "estimator", None) != "gigpo" or not records:
+        return {}
+    from twinrun.core.anchors import anchor_stats, step_rows
+
+    stats = anchor_stats(estimator, step_rows(records))
+    return {k: stats[k] for k in ("anchor_singleton_share", "step_adv_nonzero_share")}
+
+
 def curation_step_metrics(step: int, records: Sequence[dict[str, Any]], *, backend: str,
-                          optimizer_updates: int, provenance: Provenance) -> StepMetrics:
+                          optimizer_updates: int, provenance: Provenance, estimator: Any = None) -> StepMetrics:
     """The fields of one StepMetrics row that come from core's curation records (rollouts.jsonl rows of one
     step), so reward means, terms and episode counts mean the same on every backend. A backend adds its
-    training fields (entropy, KL, grad norm, clip fraction, lengths, tool counts, wall time) with model_copy."""
+    training fields (entropy, KL, grad norm, clip fraction, lengths, tool counts, wall time) with model_copy.
+    ``estimator``: the step's core EstimatorConfig; under GiGPO the anchor-group shares are computed from the
+    records' own anchors and step rewards (core.anchors.anchor_stats), the rows both backends handed the estimator."""
     totals = [r["reward"]["total"] for r in records]
     measured = [t for t in totals if t is not None]
     mean = sum(measured) / len(measured) if measured else None
@@ -437,5 +450,6 @@ def curation_step_metrics(step: int, records: Sequence[dict[str, Any]], *, backe
         optimizer_updates=optimizer_updates,
         turns_missing=missing,
         turns_missing_share=(missing / n_positions) if n_positions else None,
+        **_anchor_fields(estimator, records),
         provenance=provenance,
     )

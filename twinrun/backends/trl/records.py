@@ -50,11 +50,12 @@ def step_metrics(
     *,
     optimizer_updates: int,
     provenance: Provenance,
+    estimator: Any = None,
 ) -> StepMetrics:
     """One neutral metrics row: the curation fields from core's records, the training fields from TRL's logs
     of the step's optimizer updates."""
     base = curation_step_metrics(step, records, backend="trl", optimizer_updates=optimizer_updates,
-                                 provenance=provenance)
+                                 provenance=provenance, estimator=estimator)
     calls = [finite_or_none(x.get("tools/call_frequency")) for x in trl_logs]
     fails = [finite_or_none(x.get("tools/failure_frequency")) for x in trl_logs]
     call_freq = next((c for c in calls if c is not None), None)
@@ -165,8 +166,10 @@ def export_checkpoint(src: Path, dst: Path) -> Path:
 class RunRecorder:
     """Collects a step's curation records (from the trainer) and TRL's logs (from a callback), writes rows."""
 
-    def __init__(self, paths: RunPaths, *, updates_per_step: int, provenance: Provenance, is_main: bool):
+    def __init__(self, paths: RunPaths, *, updates_per_step: int, provenance: Provenance, is_main: bool,
+                 estimator: Any = None):
         self.paths = paths
+        self.estimator = estimator  # core's EstimatorConfig (GiGPO anchor-group shares in metrics.jsonl)
         self.updates_per_step = updates_per_step
         self.provenance = provenance
         self.is_main = is_main
@@ -207,7 +210,8 @@ class RunRecorder:
         if global_step % self.updates_per_step:
             return None
         row = step_metrics(step, self._records.pop(step, []), self._logs.pop(step, []), self._stats.pop(step, {}),
-                           optimizer_updates=self.updates_per_step, provenance=self.provenance)
+                           optimizer_updates=self.updates_per_step, provenance=self.provenance,
+                           estimator=self.estimator)
         if self.is_main:
             self._writer(self.paths.metrics).write(row)
         return row

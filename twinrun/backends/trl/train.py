@@ -113,8 +113,10 @@ def train(
         rows = [dataset_row(g, prompt) for step in range(spec.steps) for g in runtime.sampler.step_groups(step)]  # type: ignore[union-attr]
         dataset = Dataset.from_list(rows)
 
+        core_estimator = estimator or estimator_config(spec.algorithm)
         recorder = RunRecorder(paths, updates_per_step=updates_per_step, provenance=prov.model_copy(
-            update={"executor_settings_hash": runtime.executor.settings_hash}), is_main=is_main)
+            update={"executor_settings_hash": runtime.executor.settings_hash}), is_main=is_main,
+            estimator=core_estimator)
         closing.callback(recorder.close)
         step_logs: list[dict[str, Any]] = []  # TRL's own logs of the step being trained (its updates)
 
@@ -148,7 +150,7 @@ def train(
             environment_factory=broker.new_environment,
             callbacks=[RunFolderCallback()],
             broker=broker,
-            estimator=estimator or estimator_config(spec.algorithm),
+            estimator=core_estimator,
             updates_per_step=updates_per_step,
             on_batch=recorder.on_batch,
             max_unmeasured_share=spec.executor.max_unmeasured_share,

@@ -60,7 +60,7 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         **estimator_overrides(spec),  # algorithm.adv_estimator + the spec's knobs as +algorithm.twinrun.*
         "algorithm.norm_adv_by_std_in_grpo": spec.algorithm.scale == "group",
         "algorithm.use_kl_in_reward": False,
-        "algorithm.gamma": spec.algorithm.gamma,
+        "algorithm.gamma": spec.algorithm.gigpo.gamma,
         "algorithm.filter_groups.enable": False,
         # --- optimiser
         f"{A}.optim.lr": spec.optimizer.lr,

@@ -53,6 +53,7 @@ def estimator_overrides(spec: Any) -> dict[str, Any]:
     knobs = spec.algorithm.model_dump(mode="json")
     knobs.pop("estimator", None)
     knobs.pop("loss_aggregation", None)  # a loss knob, not an advantage knob
+    knobs.update({f"gigpo.{k}": v for k, v in knobs.pop("gigpo").items()})  # flat: +algorithm.twinrun.gigpo.<knob>
     knobs[HEALTH_KEYS[0]] = spec.executor.max_unmeasured_share
     knobs[HEALTH_KEYS[1]] = spec.curator.max_missing_turn_share
     out: dict[str, Any] = {"algorithm.adv_estimator": registered_name(spec.algorithm.estimator)}
@@ -134,6 +135,10 @@ def _estimator_config(estimator: str, config: Any) -> tuple[Any, dict[str, float
 
     knobs = _knobs(config)
     gates = {k: float(knobs.pop(k)) for k in HEALTH_KEYS if knobs.get(k) is not None}
+    gigpo = dict(knobs.pop("gigpo", None) or {})  # hydra nests +algorithm.twinrun.gigpo.<knob>; a plain dict may not
+    gigpo.update({k.removeprefix("gigpo."): knobs.pop(k) for k in [k for k in knobs if k.startswith("gigpo.")]})
+    if gigpo:
+        knobs["gigpo"] = gigpo
     return estimator_config(AlgorithmSpec(estimator=estimator, **knobs)), gates
 
 

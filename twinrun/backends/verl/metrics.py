@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from twinrun.core.advantages import estimator_config
 from twinrun.core.records import (
     RunPaths,
     StepMetrics,
@@ -85,7 +86,7 @@ def step_rows(spec: Any, verl_steps: dict[int, dict[str, Any]], rollouts: list[d
         records = by_step.get(step, [])
         wall = {phase: v for phase, name in VERL_TIMINGS.items() if (v := _num(data.get(name))) is not None}
         base = curation_step_metrics(step, records, backend="verl", optimizer_updates=optimizer_updates,
-                                     provenance=prov)
+                                     provenance=prov, estimator=estimator_config(spec.algorithm))
         rows.append(base.model_copy(update={
             "wall_s": wall,
             "tool_calls": sum(int(p.get("tool_calls", 0)) for r in records for p in r.get("positions", [])),

@@ -20,6 +20,7 @@ from twinrun.core.spec.policy import (
     CuratorSpec,
     EnvironmentSpec,
     ExecutorSpec,
+    GigpoSpec,
     JudgeSpec,
     KLSpec,
     OptimizerSpec,
@@ -35,7 +36,7 @@ from twinrun.core.spec.tracking import TrackingSpec
 
 __all__ = [
     "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "AlgorithmSpec", "BM25Spec", "Backend", "BatchSpec", "ClipSpec", "CuratorSpec",
-    "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec", "GoldPathSpec", "JudgeSpec", "KLSpec",
+    "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec", "GigpoSpec", "GoldPathSpec", "JudgeSpec", "KLSpec",
     "OptimizerSpec", "PromptsSpec", "ResourcesSpec", "RetrievalSpec", "RewardSpec", "SFTSpec", "SamplingSpec",
     "SkillsSpec", "SpecError", "TrackingSpec", "apply_overrides", "load_spec", "spec_from_dict",
 ]

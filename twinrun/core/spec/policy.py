@@ -224,17 +224,48 @@ class RewardSpec(_Strict):
     )
 
 
+class GigpoSpec(_Strict):
+    """GiGPO (estimator: gigpo): which curator decisions share a step-level baseline (core.anchors) and how the
+    two levels combine (core.advantages.gigpo)."""
+
+    anchor: Literal["position_outcome", "position", "exact_input"] = Field(
+        "position_outcome",
+        description="step groups: (position, its game, the correctness the curator read there); (position, its game); "
+        "or the exact curator input chi_i (diagnostics: nearly every group is a singleton)",
+    )
+    anchor_match: Literal["exact", "similarity"] = Field(
+        "exact", description="similarity (anchor: exact_input only): cluster the curator input texts by difflib ratio"
+    )
+    similarity: float = Field(0.95, gt=0.0, le=1.0, description="anchor_match: similarity threshold on the real text")
+    mode: Literal["mean_norm", "mean_std_norm"] = Field("mean_norm", description="std scaling at both levels or none")
+    step_weight: float = Field(1.0, ge=0.0, description="omega: weight of the step-level advantage")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="step discount of the returns step groups compare")
+    episode_pool: Literal["trajectory", "rows"] = Field(
+        "trajectory",
+        description="episode statistics over one return per rollout (the GiGPO paper's Eq. 3) or over every position "
+        "row (verl-agent: rollouts weigh by length)",
+    )
+    anchor_singleton: Literal["zero", "raw", "mean0_std1"] = Field(
+        "zero", description="A^S of a row alone in its anchor group: 0 (verl-agent), its return, or return/(1+eps)"
+    )
+
+    @model_validator(mode="after")
+    def _match(self) -> GigpoSpec:
+        if self.anchor_match == "similarity" and self.anchor != "exact_input":
+            raise ValueError(
+                f"algorithm.gigpo.anchor_match: similarity compares curator input texts, but anchor={self.anchor!r} "
+                "(fix: anchor: exact_input, or anchor_match: exact)"
+            )
+        return self
+
+
 class AlgorithmSpec(_Strict):
     estimator: Estimator = "grpo"
     scale: Literal["group", "batch", "none"] = Field(
         "none", description="std scaling of the group-centred reward; the paper's text: none"
     )
     eps: float = Field(1e-6, gt=0, description="added to the std before dividing")
-    gamma: float = Field(1.0, ge=0.0, le=1.0, description="GiGPO step discount")
-    step_weight: float = Field(1.0, ge=0.0, description="GiGPO omega: weight of the step-level advantage")
-    gigpo_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
-    anchor_match: Literal["exact", "similarity"] = "exact"
-    similarity: float = Field(0.95, gt=0.0, le=1.0)
+    gigpo: GigpoSpec = Field(default_factory=lambda: GigpoSpec(), description="GiGPO's knobs (estimator: gigpo)")
     invalid_penalty: float = Field(0.0, ge=0.0, description="subtracted from a curator turn with no valid call")
     loss_aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
 
