@@ -60,6 +60,14 @@ def neutral_values(spec: ExperimentSpec) -> dict[str, Any]:
     }
 
 
+def _correctness_source(spec: ExperimentSpec) -> str:
+    if "judged" not in (spec.curation.correctness, spec.curation.sweep):
+        return "the environment's outcome"
+    if spec.executor.kind == "openai":
+        return f"self-judge on the executor endpoint ({spec.prompts.correctness_judge})"
+    return "rules stand-in (episode ended before the turn budget)"
+
+
 def _anchor_text(spec: ExperimentSpec) -> str:
     g = spec.algorithm.gigpo
     match = f", similarity >= {g.similarity}" if g.anchor_match == "similarity" else ""
@@ -78,6 +86,11 @@ def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
         KnobRow(
             "reward_call_pooling", spec.reward.call_pooling, {b: "core.rewards.composite_reward" for b in backends},
             "equal", "per_position: r_fc/r_cnt are means over the |G| positions (the paper); pooled: over the calls made",
+        ),
+        KnobRow(
+            "curator_correctness", f"{spec.curation.correctness} (sweeps: {spec.curation.sweep})",
+            {b: _correctness_source(spec) for b in backends}, "equal",
+            "the correctness signal the curator reads between positions (core.correctness)",
         ),
         KnobRow(
             "gigpo_anchor", _anchor_text(spec), {b: "core.anchors (the curation session keys each position)"

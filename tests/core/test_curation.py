@@ -189,7 +189,9 @@ def test_full_rollout_with_a_tiny_local_qwen3_curator(pool, prompts, group, tmp_
     assert result.reward.r_fc.value == pytest.approx(0.5)
     assert result.reward_under(RewardSpec(call_pooling="pooled")).r_fc.value == pytest.approx(2 / 3)
     assert rec.positions[1].retrieved_skills == ["place-found-object"]
-    assert rec.anchors == [anchor_of(p.curator_input) for p in result.positions] and len(set(rec.anchors)) == 3
+    # the default anchor (position, game, correctness read); the input hash is kept to re-key offline
+    assert rec.anchors == [f"p{p.index}|{p.game_id}|success" for p in rec.positions]
+    assert [p.input_hash for p in rec.positions] == [anchor_of(p.curator_input) for p in result.positions]
     assert sum(result.step_rewards) == pytest.approx(result.total) and len(result.step_rewards) == 3
     assert rec.positions[0].curator_input_tokens == len(tok.encode(chi1, add_special_tokens=False))
     assert result.repo.names() == ["place-found-object"]
@@ -284,3 +286,38 @@ def test_unmeasured_positions_leave_the_denominator(pool, prompts, group):
     assert result.reward.r_task.denominator == 1 and result.reward.unmeasured_positions == 1
     assert result.record.positions_measured == 1 and result.record.unmeasured_episodes == 1
     assert result.total is not None  # one measured scored position is enough (min_measured_positions=1)
+
+
+def test_the_curator_reads_the_judged_correctness_and_records_keep_the_truth(pool, prompts, group):
+    """curation.correctness: judged. The self-judge (an OpenAI-compatible endpoint, here a local server) says
+    failure, success, then fails (HTTP 500): the curator is shown Failure / Success / Unknown, never the
+    environment's win; records keep both, the anchor keys on what was shown, agreement is 1 of 2 known."""
+    from twinrun.core.correctness import OpenAICorrectnessJudge, parse_correctness
+    from twinrun.core.records import curation_step_metrics, provenance
+
+    answers = ['{"SUCCESS": false, "reason": "never put it down"}', "<think>hm</think>\nSUCCESS", None]
+
+    def respond(req):
+        return answers[srv.calls - 1]
+
+    with LocalOpenAIServer(respond, fail=lambda i, req: 500 if i == 2 else None) as srv:
+        rt = runtime(pool, prompts)
+        rt.correctness_judge = OpenAICorrectnessJudge(base_url=srv.base_url, model="m", prompt="Did it succeed?",
+                                                      retries=0)
+        try:
+            s = rt.session(group, 0)
+            chis = [s.start(), s.submit(""), s.submit("")]
+            s.submit("")
+            rec = s.finish().record
+        finally:
+            rt.close()
+    assert [c.split("## Result\n")[1].split()[0] for c in chis] == ["Failure", "Success", "Unknown:"]
+    assert [p.outcome for p in rec.positions] == ["success"] * 3  # the expert executor won every game
+    assert [p.correctness for p in rec.positions] == ["failure", "success", "unknown"]
+    assert rec.correctness_source == "judged" and rec.anchors[0].endswith("|failure")
+    row = curation_step_metrics(1, [rec.model_dump(mode="json")], backend="trl", optimizer_updates=1,
+                                provenance=provenance(spec_hash="x", run_id="r", backend="trl",
+                                                      framework_version="0", seed=0))
+    assert row.judge_agreement == pytest.approx(0.5)
+    assert parse_correctness("no verdict here") == (None, "no JSON verdict with a SUCCESS key in the answer")
+    assert parse_correctness('{"success": "yes"}')[0] is True

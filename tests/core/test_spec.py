@@ -145,3 +145,22 @@ def test_missing_required_field(tmp_path):
     with pytest.raises(SpecError) as ei:
         load_spec(p)
     assert str(ei.value) == "batch.groups_per_step: missing required field (fix: add it; see experiments/smoke-cpu.yaml)"
+
+
+def test_the_paper_arm_shows_the_curator_its_self_judged_correctness():
+    from twinrun.core.correctness import OpenAICorrectnessJudge, RulesCorrectnessJudge, correctness_judge_for
+    from twinrun.core.judges import JudgeError
+
+    paper = load_spec(EXPERIMENTS / "skillos-alfworld-qwen3-8b.yaml")
+    assert (paper.curation.correctness, paper.curation.sweep) == ("judged", "judged")
+    judge = correctness_judge_for(paper, paper.curation.correctness, api_key="k")
+    assert isinstance(judge, OpenAICorrectnessJudge) and judge.base_url == paper.executor.base_url.rstrip("/")
+    assert judge.model == paper.executor.model and "{{trajectory}}" in judge.prompt
+    with pytest.raises(SpecError, match="prompts.correctness_judge: null but curation.correctness=judged"):
+        load_spec(EXPERIMENTS / "skillos-alfworld-qwen3-8b.yaml", ["prompts.correctness_judge=null"])
+    smoke = load_spec(EXPERIMENTS / "smoke-cpu.yaml")
+    assert isinstance(correctness_judge_for(smoke, smoke.curation.correctness), RulesCorrectnessJudge)
+    assert correctness_judge_for(smoke, "ground_truth") is None
+    sft = load_spec(EXPERIMENTS / "sft-sciworld-cpu.yaml")
+    with pytest.raises(JudgeError, match="executor.kind='hf' has no endpoint"):
+        correctness_judge_for(sft, "judged")

@@ -182,6 +182,7 @@ class CurationRecord(BaseModel):
     turns_missing: int
     extra_turns_ignored: int  # turns submitted after the last position (not applied)
     share_first_position: bool
+    correctness_source: Literal["judged", "ground_truth"] = "ground_truth"  # what positions[].correctness holds
     first_position_source: Literal["played", "shared"]
     executor_episodes: int  # episodes this rollout played (a reused position-1 episode is not counted)
     executor_calls: int
@@ -260,12 +261,16 @@ class CuratorPrompts:
                                                                 required=("task", "trajectory", "result")))
 
 
-def result_text(episode: Episode) -> str:
-    """The correctness signal the curator reads."""
+def result_text(episode: Episode, correctness: str | None = None) -> str:
+    """The correctness signal the curator reads: ``correctness`` (core.correctness: the judged "success",
+    "failure" or "unknown"), or the environment's outcome when None (curation.correctness: ground_truth)."""
     rec = episode.record
     if rec.outcome == "unmeasured":
         return f"Unmeasured: the executor could not be run ({rec.unmeasured_reason}). Judge nothing from this trajectory."
-    word = "Success" if rec.outcome == "success" else "Failure"
+    shown = correctness or rec.outcome
+    if shown == "unknown":
+        return f"Unknown: the correctness judge gave no verdict ({rec.steps} steps)"
+    word = "Success" if shown == "success" else "Failure"
     if episode.game.env == "sciworld" and rec.score is not None:
         return f"{word} (score {rec.score:g} of 100, {rec.steps} steps)"
     return f"{word} ({rec.steps} steps)"
@@ -307,6 +312,7 @@ class CurationRuntime:
         first_position_cache_size: int = 4096,
         anchor: str = "position_outcome",
         anchor_match: str = "exact",
+        correctness_judge: Any = None,
     ):
         self.env_name = env_name
         self.pool = pool
@@ -326,6 +332,7 @@ class CurationRuntime:
         anchor_key(anchor, position=1, game_id="", correctness="", input_digest="")  # an unknown kind fails here
         self.anchor = anchor
         self.anchor_match = anchor_match
+        self.correctness_judge = correctness_judge  # None: the curator reads the environment's outcome
         self.loop = loop or BackgroundLoop()
         self._owns_loop = loop is None
         self._owns_pool = owns_pool
@@ -370,12 +377,15 @@ class CurationRuntime:
 
             judge = judge_for_experiment(spec)
         prompts = CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input"))
+        from twinrun.core.correctness import correctness_judge_for
+
         return cls(
             env_name=env.name, pool=pool, executor=executor, curator_prompts=prompts, reward=spec.reward,
             new_repo=lambda: SkillRepo.for_experiment(spec), top_k=spec.retrieval.top_k, group_size=env.group_size,
             judge=judge, count_tokens=count_tokens, share_first_position=env.share_first_position, seed=spec.seed,
             catalog=catalog, groups_per_step=spec.batch.groups_per_step, task_types=env.task_types,
             provenance=provenance, anchor=spec.algorithm.gigpo.anchor, anchor_match=spec.algorithm.gigpo.anchor_match,
+            correctness_judge=correctness_judge_for(spec, spec.curation.correctness, api_key=api_key),
         )
 
     # -- what a backend needs besides sessions
@@ -565,7 +575,18 @@ class CurationSession:
         else:
             p.episode, p.retrieved = await self.runtime._play(p.game, self.repo, seed=self._seed(1), position=1)
         self._cur = 1
+        await self._judge_correctness(p)
         return self._curator_input(p)
+
+    async def _judge_correctness(self, p: PositionState) -> None:
+        """The correctness signal the curator reads at p (before it acts there; part of its anchor)."""
+        ep = p.episode
+        assert ep is not None
+        judge = self.runtime.correctness_judge
+        if ep.outcome == "unmeasured" or judge is None:
+            p.correctness = ep.outcome
+        else:
+            p.correctness = await judge.acorrect(ep.task or ep.initial_observation, ep.trajectory_text(), ep)
 
     def _curator_input(self, p: PositionState) -> str:
         ep = p.episode
@@ -576,7 +597,7 @@ class CurationSession:
             task=ep.task or ep.initial_observation,
             skills=render_for_prompt(skills) if skills else "(none)",
             trajectory=ep.trajectory_text(include_thoughts=self.runtime.include_thoughts),
-            result=result_text(ep),
+            result=result_text(ep, p.correctness if self.runtime.correctness_judge is not None else None),
             task_type=self.group.task_type,
             position=p.index,
             group_size=self.size,
@@ -584,7 +605,6 @@ class CurationSession:
         ).strip()
         p.curator_input = text
         # the anchor is fixed here, before the curator acts at this position (core.anchors)
-        p.correctness = ep.outcome
         p.input_hash = input_hash(text)
         rt = self.runtime
         key = anchor_key(rt.anchor, position=p.index, game_id=p.game.game_id, correctness=p.correctness,
@@ -612,6 +632,7 @@ class CurationSession:
         nxt.episode, nxt.retrieved = await self.runtime._play(nxt.game, self.repo, seed=self._seed(nxt.index),
                                                               position=nxt.index)
         self._cur += 1
+        await self._judge_correctness(nxt)
         return self._curator_input(nxt)
 
     def _apply(self, p: PositionState, turn: CuratorTurn | None) -> None:
@@ -680,6 +701,7 @@ class CurationSession:
             ops_invalid=sum(1 for p in self.positions for r in p.op_results if not r.ok),
             turns_missing=sum(1 for p in self.positions if p.turn_missing), extra_turns_ignored=self._extra_turns,
             share_first_position=self.runtime.share_first_position, first_position_source=self._first_source,
+            correctness_source="judged" if self.runtime.correctness_judge is not None else "ground_truth",
             executor_episodes=len(own_episodes), executor_calls=sum(e.executor_calls for e in own_episodes),
             unmeasured_episodes=sum(1 for e in own_episodes if e.outcome == "unmeasured"),
             reward=breakdown, anchors=[p.anchor for p in self.positions], step_rewards=list(breakdown.step_rewards),

@@ -318,6 +318,7 @@ class StepMetrics(_Row):
     optimizer_updates: int
     turns_missing: int = 0  # positions played without a curator turn (curator.max_missing_turn_share gates it)
     turns_missing_share: float | None = None  # turns_missing / positions of the step
+    judge_agreement: float | None = None  # judged correctness == ground truth, over positions with both known
     anchor_singleton_share: float | None = None  # GiGPO: measured position rows alone in their anchor group
     step_adv_nonzero_share: float | None = None  # GiGPO: measured position rows with |A^S| > 1e-9
     tool_calls: int = 0
@@ -406,6 +407,15 @@ def mean_finite(values: Iterable[Any]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _judge_agreement(records: Sequence[dict[str, Any]]) -> float | None:
+    """Share of positions whose judged correctness (what the curator read) equals the environment's outcome, over
+    positions of curation.correctness=judged rollouts where both are success/failure; None without any."""
+    pairs = [(p.get("correctness"), p.get("outcome")) for r in records if r.get("correctness_source") == "judged"
+             for p in r.get("positions", [])]
+    known = [(c, o) for c, o in pairs if c in ("success", "failure") and o in ("success", "failure")]
+    return sum(c == o for c, o in known) / len(known) if known else None
+
+
 def _anchor_fields(estimator: Any, records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     if estimator is None or getattr(estimator, "estimator", None) != "gigpo" or not records:
         return {}
@@ -450,6 +460,7 @@ def curation_step_metrics(step: int, records: Sequence[dict[str, Any]], *, backe
         optimizer_updates=optimizer_updates,
         turns_missing=missing,
         turns_missing_share=(missing / n_positions) if n_positions else None,
+        judge_agreement=_judge_agreement(records),
         **_anchor_fields(estimator, records),
         provenance=provenance,
     )

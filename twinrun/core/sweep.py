@@ -499,6 +499,7 @@ def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str
                   executor: Any = None, prov: Provenance | None = None) -> Any:
     """Core's curation runtime for sweeps: spec executor, env pool, curator prompts, one game per session, no
     judge (sweeps measure task success only)."""
+    from twinrun.core.correctness import correctness_judge_for
     from twinrun.core.curation import CurationRuntime, CuratorPrompts
     from twinrun.core.envs import make_pool
     from twinrun.core.executors import make_executor
@@ -511,7 +512,7 @@ def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str
     return CurationRuntime(
         env_name=env.name, pool=pool, executor=executor, curator_prompts=prompts, reward=spec.reward,
         new_repo=lambda: SkillRepo.for_experiment(spec), top_k=spec.retrieval.top_k, group_size=1, judge=None,
-        seed=spec.seed, provenance=prov,
+        seed=spec.seed, provenance=prov, correctness_judge=correctness_judge_for(spec, spec.curation.sweep),
     )
 
 

@@ -17,6 +17,7 @@ from twinrun.core.spec.policy import (
     BatchSpec,
     BM25Spec,
     ClipSpec,
+    CurationSpec,
     CuratorSpec,
     EnvironmentSpec,
     ExecutorSpec,
@@ -35,7 +36,8 @@ from twinrun.core.spec.sft import GoldPathSpec, SFTSpec
 from twinrun.core.spec.tracking import TrackingSpec
 
 __all__ = [
-    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "AlgorithmSpec", "BM25Spec", "Backend", "BatchSpec", "ClipSpec", "CuratorSpec",
+    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "AlgorithmSpec", "BM25Spec", "Backend", "BatchSpec", "ClipSpec",
+    "CurationSpec", "CuratorSpec",
     "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec", "GigpoSpec", "GoldPathSpec", "JudgeSpec", "KLSpec",
     "OptimizerSpec", "PromptsSpec", "ResourcesSpec", "RetrievalSpec", "RewardSpec", "SFTSpec", "SamplingSpec",
     "SkillsSpec", "SpecError", "TrackingSpec", "apply_overrides", "load_spec", "spec_from_dict",

@@ -12,7 +12,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from twinrun.core.spec.base import SPEC_VERSION, Backend, SpecError, _Strict
 from twinrun.core.spec.origins import FieldOrigin, SpecOrigins
 from twinrun.core.spec.policy import (
-    AlgorithmSpec, BatchSpec, ClipSpec, CuratorSpec, EnvironmentSpec, ExecutorSpec, JudgeSpec, KLSpec,
+    AlgorithmSpec, BatchSpec, ClipSpec, CurationSpec, CuratorSpec, EnvironmentSpec, ExecutorSpec, JudgeSpec, KLSpec,
     OptimizerSpec, PromptsSpec, ResourcesSpec, RetrievalSpec, RewardSpec, SamplingSpec, SkillsSpec,
 )
 from twinrun.core.spec.sft import SFTSpec
@@ -29,6 +29,7 @@ class ExperimentSpec(_Strict):
     curator: CuratorSpec
     executor: ExecutorSpec
     judge: JudgeSpec = JudgeSpec()
+    curation: CurationSpec = CurationSpec()
     environment: EnvironmentSpec
     reward: RewardSpec = RewardSpec()
     algorithm: AlgorithmSpec = AlgorithmSpec()
@@ -68,6 +69,12 @@ class ExperimentSpec(_Strict):
             raise ValueError(
                 f"reward.lambda_cnt: {self.reward.lambda_cnt} needs a judge but judge.kind=disabled "
                 "(fix: set reward.lambda_cnt: null to disable r_cnt, or choose a judge)"
+            )
+        judged = "judged" in (self.curation.correctness, self.curation.sweep)
+        if judged and self.executor.kind == "openai" and self.prompts.correctness_judge is None:
+            raise ValueError(
+                "prompts.correctness_judge: null but curation.correctness=judged asks the executor endpoint "
+                "(fix: name the self-judge prompt file, or curation.correctness: ground_truth)"
             )
         return self
 

@@ -171,6 +171,24 @@ class JudgeSpec(_Strict):
         return self
 
 
+class CurationSpec(_Strict):
+    """What the curator is shown between positions (core.correctness)."""
+
+    correctness: Literal["judged", "ground_truth"] = Field(
+        "judged",
+        description="the correctness signal the curator reads: judged = the executor backbone judges its own "
+        "trajectory (the paper; the scripted executor's rules stand-in on CPU), ground_truth = the environment's "
+        "win/loss (leaks test labels into the repo during sweeps)",
+    )
+    sweep_correctness: Literal["judged", "ground_truth"] | None = Field(
+        None, description="the signal in held-out sweeps; null = the same as curation.correctness"
+    )
+
+    @property
+    def sweep(self) -> str:
+        return self.sweep_correctness or self.correctness
+
+
 ALFWORLD_TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
 
 
@@ -380,6 +398,9 @@ class PromptsSpec(_Strict):
     executor_system: str
     executor_input: str
     judge: str | None = None
+    correctness_judge: str | None = Field(
+        None, description="prompt of the self-judge asked through the executor endpoint (curation.correctness: judged)"
+    )
 
 
 

@@ -1,0 +1,138 @@
+"""The correctness signal the curator reads at each position (``curation.correctness``).
+
+The paper's curator observes "the self-judged correctness 1_{xi_t}": an LLM judge on the executor backbone
+(SkillOS Fig. 13), never the environment's win/loss. ``judged`` asks that judge; ``ground_truth`` shows the
+environment's outcome (twinrun's earlier behaviour: test labels then reach the streaming repo, DIVERGENCES A9).
+
+* :class:`OpenAICorrectnessJudge`: the executor's OpenAI-compatible endpoint and model, with its own prompt file
+  (``prompts.correctness_judge``), answering ``{"SUCCESS": true|false, "reason": "..."}``.
+* :class:`RulesCorrectnessJudge`: the CPU stand-in (smoke arm, scripted executor): "success" when the episode
+  ended before the executor's turn budget (ALFWorld ends an episode early only when the task is done).
+
+A verdict is "success", "failure" or "unknown" (the endpoint failed after its retries, or its answer had no
+parsable verdict): unknown is shown to the curator as unknown, never as success or failure. An unmeasured episode
+(the executor itself failed) is "unmeasured" and is not judged. Records keep the judged signal beside the ground
+truth (``PositionRecord.correctness`` / ``outcome``); ``judge_agreement`` in metrics.jsonl compares them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from twinrun.core.judges import _THINK_RE, JudgeError, JudgeRequest, OpenAIJudge, Verdict, VerdictCache, _as_bool
+
+Correctness = Literal["success", "failure", "unknown", "unmeasured"]
+
+
+def parse_correctness(text: str) -> tuple[bool | None, str]:
+    """(task completed?, reason) from a judge answer: the last JSON object with a ``SUCCESS`` key (true/false,
+    "yes"/"no"), after dropping ``<think>`` blocks; failing that, a last line that is exactly SUCCESS or FAILURE.
+    None when nothing parses."""
+    if not isinstance(text, str):
+        return None, "judge answer is not text"
+    if "</think>" in text.lower():
+        text = _THINK_RE.sub("", text)
+        low = text.lower()
+        if "</think>" in low:
+            text = text[low.rfind("</think>") + len("</think>"):]
+    decoder = json.JSONDecoder()
+    found: tuple[bool | None, str] | None = None
+    for m in re.finditer(r"\{", text):
+        try:
+            obj, _ = decoder.raw_decode(text, m.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            keys = {k.lower(): k for k in obj if isinstance(k, str)}
+            if "success" in keys:
+                reason = obj.get(keys.get("reason", "reason"), "")
+                found = (_as_bool(obj[keys["success"]]), reason if isinstance(reason, str) else json.dumps(reason))
+    if found is not None:
+        return found if found[0] is not None else (None, "SUCCESS is neither true nor false")
+    lines = [ln.strip().strip("*`#.:").strip().upper() for ln in text.strip().splitlines() if ln.strip()]
+    if lines and lines[-1] in ("SUCCESS", "FAILURE"):
+        return lines[-1] == "SUCCESS", "bare verdict"
+    return None, "no JSON verdict with a SUCCESS key in the answer"
+
+
+def _label(valid: bool | None) -> Correctness:
+    return "unknown" if valid is None else ("success" if valid else "failure")
+
+
+class OpenAICorrectnessJudge(OpenAIJudge):
+    """Did the executor complete its task? Asked of an OpenAI-compatible endpoint (the executor's, in the paper).
+
+    The prompt file is a template with ``{{task}}`` and ``{{trajectory}}`` (one user message); without
+    placeholders it is the system message and the task and trajectory are the user message. Retries, backoff and
+    the verdict cache are :class:`~twinrun.core.judges.OpenAIJudge`'s."""
+
+    name = "openai-correctness"
+
+    def messages(self, request: JudgeRequest) -> list[dict[str, str]]:
+        if "{{task}}" in self.prompt or "{{trajectory}}" in self.prompt:
+            text = self.prompt.replace("{{task}}", request.task).replace("{{trajectory}}", request.trajectory)
+            return [{"role": "user", "content": text}]
+        user = f"## Task Description\n{request.task}\n\n## Agent Trajectory\n{request.trajectory}"
+        return [{"role": "system", "content": self.prompt}, {"role": "user", "content": user}]
+
+    def cache_key(self, request: JudgeRequest) -> str:
+        return "correctness-" + super().cache_key(request)
+
+    @staticmethod
+    def _read(resp: Any) -> Verdict:
+        from twinrun.core.judges import _RETRY_STATUS, _Retryable
+
+        if resp.status_code in _RETRY_STATUS:
+            raise _Retryable(f"HTTP {resp.status_code}")
+        if resp.status_code != 200:
+            return Verdict(None, f"unknown: HTTP {resp.status_code} from the correctness endpoint")
+        try:
+            content = resp.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return Verdict(None, "unknown: the endpoint's answer is not a chat completion")
+        ok, reason = parse_correctness(content)
+        return Verdict(ok, reason if ok is not None else f"unknown: {reason}")
+
+    async def acorrect(self, task: str, trajectory: str, episode: Any = None) -> Correctness:
+        return _label((await self.ajudge(JudgeRequest(skill=None, task=task, trajectory=trajectory))).valid)  # type: ignore[arg-type]
+
+
+class RulesCorrectnessJudge:
+    """CPU stand-in for the self-judge: "success" when the episode ended before ``max_turns`` executor turns."""
+
+    name = "rules-correctness"
+
+    def __init__(self, max_turns: int):
+        self.max_turns = max_turns
+
+    async def acorrect(self, task: str, trajectory: str, episode: Any = None) -> Correctness:
+        steps = getattr(getattr(episode, "record", None), "steps", None)
+        if steps is None:
+            return "unknown"
+        return "success" if steps < self.max_turns else "failure"
+
+
+def correctness_judge_for(spec: Any, setting: str, *, api_key: str | None = None) -> Any:
+    """The judge behind ``setting`` (``curation.correctness`` or its sweep override): None for ground_truth; the
+    executor endpoint for an openai executor; the rules stand-in for the scripted executor."""
+    if setting == "ground_truth":
+        return None
+    ex = spec.executor
+    if ex.kind == "scripted":
+        return RulesCorrectnessJudge(ex.max_turns)
+    if ex.kind != "openai":
+        raise JudgeError(f"curation.correctness: judged with executor.kind={ex.kind!r} has no endpoint to ask "
+                         "(fix: an openai executor, or curation.correctness: ground_truth)")
+    import os
+
+    return OpenAICorrectnessJudge(
+        base_url=ex.base_url or "", model=ex.model or "", prompt=spec.read_prompt("correctness_judge"),
+        api_key=api_key if api_key is not None else os.environ.get(ex.api_key_env),
+        timeout_s=ex.timeout_s, retries=ex.retries, cache=VerdictCache(),
+    )
+
+
+__all__ = ["Correctness", "OpenAICorrectnessJudge", "RulesCorrectnessJudge", "correctness_judge_for",
+           "parse_correctness"]
