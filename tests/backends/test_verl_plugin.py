@@ -72,7 +72,7 @@ def test_grpo_through_verl_compute_advantage_matches_hand_values_and_verl_grpo()
     # group a: rewards 1, 0, 0.5 -> mean 0.5, std (Bessel) 0.5 ; group b: 2, 0 -> mean 1, std sqrt(2)
     rewards = [1.0, 0.0, 0.5, 2.0, 0.0]
     uids = ["a", "a", "a", "b", "b"]
-    data = _data(rewards, uids, MASKS)
+    data = _data(rewards, [encode_uid(g, RolloutTag(True, [r])) for g, r in zip(uids, rewards)], MASKS)
     out = compute_advantage(data, adv_estimator="twinrun_grpo", config=_algo(scale="group", eps=1e-6))
     adv = out.batch["advantages"]
     expect = [(1 - 0.5) / (0.5 + 1e-6), (0 - 0.5) / (0.5 + 1e-6), 0.0, (2 - 1) / (math.sqrt(2) + 1e-6),
@@ -139,6 +139,17 @@ def test_gigpo_refuses_untagged_turns():
     data = _data([1.0], [encode_uid("g", tags[0])], [[1, 0, 1, 0]])
     with pytest.raises(ValueError, match="curator turns but positions for 1"):
         compute_advantage(data, adv_estimator="twinrun_gigpo", config=_algo())
+
+
+@pytest.mark.parametrize("estimator", ["twinrun_grpo", "twinrun_gigpo"])
+def test_a_row_without_its_tag_is_an_error_naming_the_row(estimator):
+    """Losing the rollout tag (a dataset uid replacing the agent loop's) must not train the row as 'measured,
+    one position': an unmeasured rollout would then count as a failure."""
+    tagged = encode_uid("g", RolloutTag(True, [1.0], ["x"]))
+    data = _data([1.0, 0.0], [tagged, "g"], MASKS[:2])
+    with pytest.raises(ValueError, match=rf"{estimator}: row 1 \(uid 'g'\) reached the estimator without its "
+                                         "twinrun rollout tag"):
+        compute_advantage(data, adv_estimator=estimator, config=_algo())
 
 
 def test_step_rewards_must_sum_to_the_token_reward():

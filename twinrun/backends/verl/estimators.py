@@ -174,9 +174,13 @@ def _rows(token_level_rewards: Any, index: Any, estimator: str) -> tuple[list[st
     groups, tags = [], []
     for i in range(n):
         g, tag = decode_uid(index[i])
-        if tag is None:  # an untagged row: one position whose reward is the row's score
-            tag = RolloutTag(measured=True, step_rewards=[float(scores[i])], anchors=[None], valid=[True])
-        elif tag.measured and tag.step_rewards and not np.isclose(sum(tag.step_rewards), scores[i], atol=1e-5):
+        if tag is None:  # never guess ("measured, one position"): an unmeasured rollout would train as a failure
+            raise ValueError(
+                f"{registered_name(estimator)}: row {i} (uid {str(index[i])[:80]!r}) reached the estimator without "
+                "its twinrun rollout tag (fix: keep the curator agent loop's uid, agent_loop.py; a dataset 'uid' or "
+                "another agent loop replaced it)"
+            )
+        if tag.measured and tag.step_rewards and not np.isclose(sum(tag.step_rewards), scores[i], atol=1e-5):
             raise ValueError(
                 f"{registered_name(estimator)}: row {i} step rewards sum to {sum(tag.step_rewards)!r} but its "
                 f"token-level reward is {scores[i]!r} (fix: the agent loop must set reward_score = sum of step rewards)"
