@@ -181,6 +181,34 @@ def test_one_valid_call_then_stopping_earns_one_position_of_r_fc(alfworld_data, 
     assert pooled.r_fc.value == 1.0  # the exploit the per-position reading closes
 
 
+@pytest.mark.slow
+@pytest.mark.alfworld
+def test_a_prefetched_turn_that_differs_from_trls_call_raises(alfworld_data, repo_root):
+    """The broker applied sample 1's turn as read from TRL's completions; if TRL then calls curate with other
+    arguments, submitting them too would apply them to the next position: an error, never a silent shift."""
+    from twinrun.core.curation import CurationRuntime
+    from twinrun.core.errors import TwinrunError
+    from twinrun.core.spec import load_spec
+
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["environment.group_size=2", "executor.max_turns=2"])
+    runtime = CurationRuntime.from_spec(spec, data_root=alfworld_data, workers=0, judge=None)
+    try:
+        broker = SessionBroker(runtime, final_result="END")
+        rows = [dict(dataset_row(runtime.task_group(0, 0), []), rollout_index=i) for i in range(2)]
+        broker.begin_batch(rows)
+        envs = [broker.new_environment() for _ in rows]
+        for e, r in zip(envs, rows):
+            e.reset(**r)
+        broker.environments, broker.live_completions = envs, [[_assistant(_insert("pick-a"))], [_assistant([])]]
+        envs[0].curate(operations=_insert("pick-a"))  # submits both samples' turns
+        with pytest.raises(TwinrunError, match=r"rollout .*/r1 position 1: TRL called curate with .* but its "
+                                               r"completion held .*already applied"):
+            envs[1].curate(operations=_insert("pick-b"))
+        assert broker.stats.prefetch_mismatches == 1 and envs[1]._session.position == 2  # nothing else applied
+    finally:
+        runtime.close()
+
+
 def test_broker_refuses_duplicate_rollouts():
     broker = SessionBroker(runtime=None, final_result="END")  # type: ignore[arg-type]
     rows = [{"group_id": "g", "rollout_index": 0, "task_group": "{}"}] * 2

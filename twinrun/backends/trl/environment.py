@@ -18,7 +18,7 @@ TRL sees: position 1 of every rollout is played for the whole batch at once befo
 (:meth:`SessionBroker.begin_batch`); in the tool loop, the first ``curate`` call of an iteration submits the pending
 turns of *every* sample of that iteration concurrently (read from TRL's in-flight ``completions``, which the
 trainer hands over) and each call then returns its ready result (checked against the call TRL actually makes: a
-mismatch falls back to a direct submit and is counted); remaining positions are finished concurrently in the
+mismatch raises, since the prefetched turn is already applied); remaining positions are finished concurrently in the
 reward function.
 """
 
@@ -205,10 +205,16 @@ class SessionBroker:
                 env._turns.append(item.log)
                 self.stats.prefetched_calls += 1
                 return item.result
-            # TRL made a different call than the one read from its completions: never expected; keep the
-            # session consistent by dropping the prefetch queue (the prefetched turn was already applied).
+            # TRL made a different call than the one read from its completions. The prefetched turn was already
+            # applied to this position: submitting this call too would apply it to the next position and shift
+            # every later turn by one. Never expected; stop rather than train on a corrupted session.
             self.stats.prefetch_mismatches += 1
-            env._pending.clear()
+            row = env._row or {}
+            raise TwinrunError(
+                f"curate: rollout {row.get('group_id')}/r{row.get('rollout_index')} position {item.log.position}: "
+                f"TRL called curate with {key[:120]!r} but its completion held {item.key[:120]!r}, which was "
+                "already applied (fix: report it; the prefetch reads TRL's in-flight completions, environment.py)"
+            )
         self.stats.direct_calls += 1
         position = env._session.position
         t0 = time.perf_counter()
