@@ -114,7 +114,8 @@ class RulesCorrectnessJudge:
         return "success" if steps < self.max_turns else "failure"
 
 
-def correctness_judge_for(spec: Any, setting: str, *, api_key: str | None = None) -> Any:
+def correctness_judge_for(spec: Any, setting: str, *, api_key: str | None = None,
+                          environ: Any = None) -> Any:
     """The judge behind ``setting`` (``curation.correctness`` or its sweep override): None for ground_truth; the
     executor endpoint for an openai executor; the rules stand-in for the scripted executor."""
     if setting == "ground_truth":
@@ -129,7 +130,7 @@ def correctness_judge_for(spec: Any, setting: str, *, api_key: str | None = None
 
     return OpenAICorrectnessJudge(
         base_url=ex.base_url or "", model=ex.model or "", prompt=spec.read_prompt("correctness_judge"),
-        api_key=api_key if api_key is not None else os.environ.get(ex.api_key_env),
+        api_key=api_key if api_key is not None else (os.environ if environ is None else environ).get(ex.api_key_env),
         timeout_s=ex.timeout_s, retries=ex.retries, cache=VerdictCache(),
     )
 

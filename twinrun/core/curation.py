@@ -385,7 +385,8 @@ class CurationRuntime:
             judge=judge, count_tokens=count_tokens, share_first_position=env.share_first_position, seed=spec.seed,
             catalog=catalog, groups_per_step=spec.batch.groups_per_step, task_types=env.task_types,
             provenance=provenance, anchor=spec.algorithm.gigpo.anchor, anchor_match=spec.algorithm.gigpo.anchor_match,
-            correctness_judge=correctness_judge_for(spec, spec.curation.correctness, api_key=api_key),
+            correctness_judge=correctness_judge_for(spec, spec.curation.correctness, api_key=api_key,
+                                                    environ=environ),
         )
 
     # -- what a backend needs besides sessions

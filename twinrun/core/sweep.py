@@ -512,7 +512,7 @@ def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str
     return CurationRuntime(
         env_name=env.name, pool=pool, executor=executor, curator_prompts=prompts, reward=spec.reward,
         new_repo=lambda: SkillRepo.for_experiment(spec), top_k=spec.retrieval.top_k, group_size=1, judge=None,
-        seed=spec.seed, provenance=prov, correctness_judge=correctness_judge_for(spec, spec.curation.sweep),
+        seed=spec.seed, provenance=prov, correctness_judge=correctness_judge_for(spec, spec.curation.sweep, environ=environ),
     )
 
 
