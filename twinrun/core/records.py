@@ -316,7 +316,7 @@ class StepMetrics(_Row):
     executor_calls: int
     unmeasured_episodes: int
     optimizer_updates: int
-    turns_missing: int = 0  # positions played without a curator turn (curator.max_missing_turn_share gates it)
+    turns_missing: int | None = None  # positions played without a curator turn (curator.max_missing_turn_share gates it)
     turns_missing_share: float | None = None  # turns_missing / positions of the step
     judge_agreement: float | None = None  # judged correctness == ground truth, over positions with both known
     anchor_singleton_share: float | None = None  # GiGPO: measured position rows alone in their anchor group
