@@ -203,3 +203,38 @@ def test_a_step_with_too_many_missing_turns_stops_before_its_update(smoke, cache
     rollouts = list(read_jsonl(RunPaths(out).rollouts))
     assert len(rollouts) == spec.batch.trajectories and all(r["turns_missing"] >= 1 for r in rollouts)
     assert not RunPaths(out).checkpoints.exists()  # no update, no checkpoint
+
+
+def test_the_update_follows_cores_advantages(smoke, cache_dir, alfworld_data, tmp_path, monkeypatch):
+    """Weight decay 0, KL 0: with every advantage forced to 0 (a test estimator patched in for core's), TRL's update
+    leaves every weight unchanged; with core's advantages the weights move. Fails if the trainer stops handing
+    core's advantages to TRL's loss (TRL's own group-normalised advantages are not all 0)."""
+    import os
+
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+
+    import twinrun.backends.trl.trainer as trainer_mod
+    from twinrun.backends.trl.train import train
+    from twinrun.warmstart import resolve_curator_model
+
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml",
+                     ["steps=1", "checkpoint_every=1", "optimizer.weight_decay=0.0", "batch.groups_per_step=1",
+                      "batch.rollouts_per_group=4"])
+    init = AutoModelForCausalLM.from_pretrained(
+        resolve_curator_model(spec, cache_dir, data_root=alfworld_data, environ=dict(os.environ))).state_dict()
+
+    def moved(run: Path) -> float:
+        after = AutoModelForCausalLM.from_pretrained(RunPaths(run).checkpoint(1)).state_dict()
+        return max(float((after[k].float() - init[k].float()).abs().max()) for k in init)
+
+    core = trainer_mod.compute_advantages
+    monkeypatch.setattr(trainer_mod, "compute_advantages", lambda *a, **k: np.zeros_like(core(*a, **k)))
+    train(spec, tmp_path / "zero", cache_dir=cache_dir, data_root=alfworld_data)
+    (batch,) = _batches(tmp_path / "zero")
+    assert any(abs(a) > 1e-6 for a in batch["advantages"]["trl"])  # TRL's own would have moved the weights
+    assert moved(tmp_path / "zero") == 0.0
+    monkeypatch.setattr(trainer_mod, "compute_advantages", core)
+    train(spec, tmp_path / "core", cache_dir=cache_dir, data_root=alfworld_data)
+    (batch,) = _batches(tmp_path / "core")
+    assert any(abs(a) > 1e-6 for a in batch["advantages"]["core"]) and moved(tmp_path / "core") > 0.0
