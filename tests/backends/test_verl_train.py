@@ -163,3 +163,23 @@ def test_resume_continues_after_the_last_checkpoint(smoke, smoke_run, cache_dir,
     rollouts = list(read_jsonl(paths.rollouts))
     assert [sum(1 for r in rollouts if r["step"] == s) for s in range(3)] == [smoke.batch.trajectories] * 3
     assert len(list(read_jsonl(paths.episodes))) == sum(r["executor_episodes"] for r in rows)
+
+
+def test_gigpo_trains_and_reports_its_anchor_groups(smoke, cache_dir, tmp_path):
+    """estimator: gigpo through main_ppo with 4 rollouts per group: metrics.jsonl carries the anchor-group shares
+    of the rows core's estimator got (the default anchor), equal to those rebuilt from rollouts.jsonl."""
+    from twinrun.backends.verl.train import train
+    from twinrun.core.advantages import estimator_config
+    from twinrun.core.anchors import anchor_stats, step_rows
+
+    spec = load_spec(smoke.source_dir / "smoke-cpu.yaml",
+                     ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1", "batch.rollouts_per_group=4"])
+    train(spec, tmp_path / "run", resume=False, cache_dir=cache_dir)
+    (row,) = read_jsonl(RunPaths(tmp_path / "run").metrics)
+    rollouts = list(read_jsonl(RunPaths(tmp_path / "run").rollouts))
+    cfg = estimator_config(spec.algorithm)
+    stats = {k: anchor_stats(cfg, step_rows(rollouts, kind=k)) for k in ("position_outcome", "position", "exact_input")}
+    print("verl smoke gigpo anchors:", json.dumps(stats))
+    assert row["anchor_singleton_share"] == stats["position_outcome"]["anchor_singleton_share"] is not None
+    assert row["step_adv_nonzero_share"] == stats["position_outcome"]["step_adv_nonzero_share"] is not None
+    assert row["turns_missing"] == sum(r["turns_missing"] for r in rollouts)
