@@ -7,9 +7,10 @@ tests) that want it.
 
 Each game is played with ``textworld.start(game, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos,
 AlfredExpert(expert_type=...)])``. ``expert_type`` is passed by keyword: alfworld 0.4.2's own ``AlfredTWEnv`` passes
-it positionally and silently ignores it. Starting a game (PDDL translation) costs about as much as resetting it,
-so started games are kept in a small LRU cache and reused by later episodes of the same game (the N rollouts of
-a task group all play the same games). textworld is not thread-safe: use one env per thread, parallelise with
+it positionally and silently ignores it. Raw textworld re-translates the game's PDDL on every reset and re-parses
+its grammar on every step; :mod:`.alfworld_engine` caches both per game and reuses started engines, with the same
+observations, admissible commands, scores and expert plans (``tests/core/test_alfworld_identity.py`` checks all
+474 test games against recorded raw traces). textworld is not thread-safe: use one env per thread, parallelise with
 processes (:mod:`.pool`).
 """
 
@@ -19,11 +20,11 @@ import contextlib
 import hashlib
 import json
 import random
-from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from twinrun.core.envs.alfworld_engine import EngineCache, close_quietly, shared_assets
 from twinrun.core.envs.base import EnvError, GameRef, Observation, Step
 from twinrun.core.errors import InfrastructureError
 
@@ -107,82 +108,18 @@ def _read_task_type(trial: Path) -> str:
         raise EnvError(f"alfworld game: {str(traj)!r} task_type {raw!r} is unknown (fix: one of {list(ALFWORLD_TYPE_MAP)})") from None
 
 
-class StartedGameCache:
-    """LRU of idle, already-started textworld envs keyed by game file (starting costs ~0.5 s).
-
-    An env is checked out for one episode at a time, so two episodes of the same game never share state."""
-
-    def __init__(self, max_idle: int = 16):
-        self.max_idle = max_idle
-        self._idle: OrderedDict[tuple[str, str | None], list[Any]] = OrderedDict()
-        self._count = 0
-        self.starts = 0  # how many textworld.start calls were made (for tests/benches)
-
-    def checkout(self, path: str, expert_type: str | None) -> Any:
-        key = (path, expert_type)
-        envs = self._idle.get(key)
-        if envs:
-            self._count -= 1
-            env = envs.pop()
-            if not envs:
-                del self._idle[key]
-            return env
-        self.starts += 1
-        return start_textworld(path, expert_type)
-
-    def checkin(self, path: str, expert_type: str | None, env: Any) -> None:
-        key = (path, expert_type)
-        self._idle.setdefault(key, []).append(env)
-        self._idle.move_to_end(key)
-        self._count += 1
-        while self._count > self.max_idle:
-            _, envs = next(iter(self._idle.items()))
-            old = envs.pop(0)
-            self._count -= 1
-            if not envs:
-                self._idle.popitem(last=False)
-            _close_quietly(old)
-
-    def close(self) -> None:
-        for envs in self._idle.values():
-            for e in envs:
-                _close_quietly(e)
-        self._idle.clear()
-        self._count = 0
-
-
-def start_textworld(path: str, expert_type: str | None) -> Any:
-    """`textworld.start` with ALFWorld's wrappers; the raw engine call both the env and the bench use."""
-    import textworld
-    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
-
-    extras = ["gamefile"]
-    wrappers: list[Any] = [AlfredDemangler(shuffle=False), AlfredInfos]
-    if expert_type:
-        extras.append("expert_plan")
-        wrappers.append(AlfredExpert(expert_type=expert_type))  # keyword: alfworld 0.4.2 positional bug
-    infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=extras)
-    return textworld.start(path, request_infos=infos, wrappers=wrappers)
-
-
-def _close_quietly(env: Any) -> None:
-    try:
-        env.close()
-    except Exception:  # noqa: BLE001 - closing a broken engine must not mask the original error
-        pass
-
-
 class AlfWorldEnv:
     """One ALFWorld episode at a time. `expert_type`: "handcoded" (default), "planner", or None (no expert: faster
-    steps, `expert_plan()` returns [])."""
+    steps, `expert_plan()` returns []). `cache`: started engines (default: a new one on the process's shared
+    per-game assets; ``EngineCache(assets=None)`` plays raw textworld)."""
 
     name = "alfworld"
 
-    def __init__(self, *, expert_type: str | None = "handcoded", cache: StartedGameCache | None = None):
+    def __init__(self, *, expert_type: str | None = "handcoded", cache: EngineCache | None = None):
         if expert_type not in (None, "handcoded", "planner"):
             raise EnvError(f"alfworld expert_type: {expert_type!r} is unknown (fix: handcoded, planner or None)")
         self.expert_type = expert_type
-        self.cache = cache if cache is not None else StartedGameCache()
+        self.cache = cache if cache is not None else EngineCache(assets=shared_assets())
         self._env: Any = None
         self._game: GameRef | None = None
         self._task = ""
@@ -194,13 +131,14 @@ class AlfWorldEnv:
         return self._game
 
     @contextlib.contextmanager
-    def _own_random(self) -> Any:
+    def _engine_call(self) -> Any:
         """alfworld's handcoded expert draws from the *global* `random` module; several envs interleaved in one
         worker would then perturb each other. Each env keeps its own stream and swaps it in around engine calls."""
         saved = random.getstate()
         random.setstate(self._rng_state)
         try:
-            yield
+            with self.cache.scope(self.expert_type):
+                yield
         finally:
             self._rng_state = random.getstate()
             random.setstate(saved)
@@ -217,7 +155,7 @@ class AlfWorldEnv:
         try:
             self._env = self.cache.checkout(game.path, self.expert_type)
             self._game = game
-            with self._own_random():
+            with self._engine_call():
                 state = self._env.reset()
         except Exception as e:  # noqa: BLE001 - an engine crash is infrastructure, not a task failure
             self._env, self._game = None, None
@@ -230,10 +168,10 @@ class AlfWorldEnv:
         if self._env is None:
             raise EnvError("alfworld step: no episode is running (fix: call reset(game) first)")
         try:
-            with self._own_random():
+            with self._engine_call():
                 state, _reward, done = self._env.step(action)
         except Exception as e:  # noqa: BLE001 - a crashed engine is not reused
-            _close_quietly(self._env)
+            close_quietly(self._env)
             self._env = None
             raise InfrastructureError(f"alfworld step failed on {self._game.game_id if self._game else '?'}: {e}") from e
         won = bool(state["won"])

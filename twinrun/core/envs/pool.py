@@ -48,10 +48,13 @@ class EnvHost:
 
     def _new_env(self) -> TextEnv:
         if self.kind == "alfworld":
-            from twinrun.core.envs.alfworld import AlfWorldEnv, StartedGameCache
+            from twinrun.core.envs.alfworld import AlfWorldEnv
+            from twinrun.core.envs.alfworld_engine import DEFAULT_MAX_GAMES, EngineCache, shared_assets
 
             if self._cache is None:
-                self._cache = StartedGameCache(int(self.options.get("cache_size", 16)))
+                games = int(self.options.get("cache_games", DEFAULT_MAX_GAMES))
+                self._cache = EngineCache(int(self.options.get("cache_size", 16)),
+                                          assets=shared_assets(games) if games > 0 else None)
             return AlfWorldEnv(expert_type=self.options.get("expert_type", "handcoded"), cache=self._cache)
         from twinrun.core.envs.scienceworld import SciWorldEnv
 
@@ -83,7 +86,10 @@ class EnvHost:
                     self._idle.append(env)
             return None
         if op == "stats":
-            return {"slots": len(self.envs), "starts": getattr(self._cache, "starts", 0), "idle": len(self._idle)}
+            assets = getattr(self._cache, "assets", None)
+            return {"slots": len(self.envs), "starts": getattr(self._cache, "starts", 0),
+                    "loads": getattr(self._cache, "loads", 0), "idle": len(self._idle),
+                    "assets": dict(assets.stats) | assets.sizes() if assets is not None else {}}
         raise EnvError(f"env worker: unknown op {op!r}")
 
     def _env(self, slot: int) -> TextEnv:
@@ -231,8 +237,9 @@ class _Worker:
 class EnvPool:
     """`workers` engine processes (0 = in this process), each hosting any number of env slots.
 
-    kind: "alfworld" | "sciworld". options: engine options (alfworld: expert_type, cache_size; sciworld: heap,
-    step_limit, gold_path, simplification). call_timeout_s: a worker that does not answer within it is
+    kind: "alfworld" | "sciworld". options: engine options (alfworld: expert_type, cache_size = idle engines kept,
+    cache_games = games whose translation and grammar are cached, 0 = raw textworld; sciworld: heap, step_limit,
+    gold_path, simplification). call_timeout_s: a worker that does not answer within it is
     restarted and the call raises InfrastructureError."""
 
     def __init__(self, kind: str, *, workers: int, options: dict[str, Any] | None = None, call_timeout_s: float = 300.0):
