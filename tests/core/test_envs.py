@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from twinrun.core.envs import EnvError, EnvPool, GameRef, make_catalog
-from twinrun.core.envs.alfworld import ALFWORLD_TYPE_MAP, AlfWorldCatalog, AlfWorldEnv, resolve_alfworld_data
+from twinrun.core.envs.alfworld import (
+    ALFWORLD_TYPE_MAP,
+    AlfWorldCatalog,
+    AlfWorldEnv,
+    resolve_alfworld_data,
+    split_counts,
+)
 from twinrun.core.errors import InfrastructureError
 
 # Games whose handcoded expert wins in 5-6 steps (kept short: a reset costs ~1 s, a step ~0.1 s)
@@ -169,3 +178,68 @@ def test_sciworld_gold_path_wins_with_bounded_heap():
         assert "JAVA_TOOL_OPTIONS" not in os.environ or "-Xmx256m" not in os.environ["JAVA_TOOL_OPTIONS"]
     finally:
         env.shutdown()
+
+
+def _trial(root, split, task_dir, trial, task_type, game):
+    d = root / "json_2.1.1" / split / task_dir / trial
+    d.mkdir(parents=True)
+    (d / "traj_data.json").write_text(json.dumps({"task_type": task_type}))
+    if game is not None:
+        (d / "game.tw-pddl").write_text(json.dumps(game))
+    return d
+
+
+def alfred_tw_env_selection(data_path) -> list[str]:
+    """What alfworld's own AlfredTWEnv selects from `data_path` (all six task types, no game limit)."""
+    from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
+
+    config = {"env": {"goal_desc_human_anns_prob": 0, "task_types": [1, 2, 3, 4, 5, 6]},
+              "dataset": {"data_path": str(data_path), "num_train_games": -1}}
+    return sorted(str(Path(f).resolve()) for f in AlfredTWEnv(config, train_eval="train").game_files)
+
+
+def test_catalog_selects_what_alfred_tw_env_selects(tmp_path, capsys):
+    """Trials under movable/Sliced folders, without a game file, without a solvable flag or unsolvable are left
+    out, exactly as alfworld's AlfredTWEnv leaves them out (a full alfworld-download: train 3553, valid_seen 140,
+    valid_unseen 134); doctor prints the per-split counts."""
+    ok = {"solvable": True}
+    keep = [
+        _trial(tmp_path, "train", "pick_and_place_simple-Book-None-Desk-1", "trial_T1", "pick_and_place_simple", ok),
+        _trial(tmp_path, "train", "pick_two_obj_and_place-CD-None-Safe-2", "trial_T2", "pick_two_obj_and_place", ok),
+    ]
+    _trial(tmp_path, "train", "pick_and_place_with_movable_recep-Pen-Mug-Desk-3", "trial_T3",
+           "pick_and_place_with_movable_recep", ok)  # a task type twinrun does not know: skipped before it is read
+    _trial(tmp_path, "train", "pick_heat_then_place_in_recep-AppleSliced-None-Fridge-4", "trial_T4",
+           "pick_heat_then_place_in_recep", ok)
+    _trial(tmp_path, "train", "look_at_obj_in_light-CD-None-DeskLamp-5", "trial_T5", "look_at_obj_in_light", None)
+    _trial(tmp_path, "train", "pick_cool_then_place_in_recep-Egg-None-Sink-6", "trial_T6",
+           "pick_cool_then_place_in_recep", {"pddl_problem": "..."})
+    _trial(tmp_path, "train", "pick_clean_then_place_in_recep-Cup-None-Shelf-7", "trial_T7",
+           "pick_clean_then_place_in_recep", {"solvable": False})
+    _trial(tmp_path, "valid_seen", "look_at_obj_in_light-Box-None-DeskLamp-8", "trial_T8", "look_at_obj_in_light", ok)
+
+    cat = AlfWorldCatalog(tmp_path, "train")
+    assert sorted(g.path for g in cat.games()) == sorted(str((d / "game.tw-pddl").resolve()) for d in keep)
+    assert [g.task_type for g in cat.games()] == ["pick", "pick2"]
+    assert cat.skipped == {"movable or Sliced": 2, "no game file": 1, "no solvable flag": 1, "unsolvable": 1}
+    assert sorted(g.path for g in cat.games()) == alfred_tw_env_selection(tmp_path / "json_2.1.1" / "train")
+    assert split_counts(tmp_path) == {"train": (2, cat.skipped), "valid_seen": (1, dict.fromkeys(cat.skipped, 0))}
+
+    _trial(tmp_path, "valid_unseen", "pick_x-AppleSliced-None-Desk-9", "trial_T9", "pick_and_place_simple", ok)
+    with pytest.raises(EnvError, match=r"valid_unseen.*no playable game.*1 movable or Sliced"):
+        AlfWorldCatalog(tmp_path, "valid_unseen")
+
+    from typer.testing import CliRunner
+
+    from twinrun.cli import app
+
+    out = CliRunner().invoke(app, ["doctor"], env={"ALFWORLD_DATA": str(tmp_path), "COLUMNS": "200"}).output
+    assert re.search(r"ALFWorld train\s*│\s*2 games\s*│\s*ok \(skipped: 2 movable or Sliced, 1 no game file, "
+                     r"1 no solvable flag, 1 unsolvable\)", out), out
+    assert re.search(r"ALFWorld valid_unseen\s*│\s*0 games\s*│\s*no playable game", out), out
+
+
+def test_catalog_matches_alfred_tw_env_on_the_test_games(alfworld_data):
+    for split in ("valid_seen", "valid_unseen", "valid_train"):
+        ours = sorted(g.path for g in AlfWorldCatalog(alfworld_data, split).games())
+        assert ours == alfred_tw_env_selection(alfworld_data / "json_2.1.1" / split)

@@ -23,6 +23,22 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _alfworld_splits(t: Table, root: Path) -> None:
+    """Games per split as alfworld's AlfredTWEnv selects them (full alfworld-download: train 3553, valid_seen 140,
+    valid_unseen 134), and what was skipped."""
+    from twinrun.core.envs import EnvError
+    from twinrun.core.envs.alfworld import skipped_text, split_counts
+
+    try:
+        counts = split_counts(root)
+    except EnvError as e:
+        t.add_row("ALFWorld games", "-", str(e))
+        return
+    for split, (n, skipped) in counts.items():
+        t.add_row(f"ALFWorld {split}", f"{n} games", f"{'ok' if n else 'no playable game'} (skipped: "
+                  f"{skipped_text(skipped)})")
+
+
 def doctor() -> None:
     """Check the environment: framework versions against the pins, ALFWORLD_DATA, Java for ScienceWorld."""
     from twinrun.backends.registry import BACKENDS, missing_dependencies
@@ -47,6 +63,8 @@ def doctor() -> None:
     data = os.environ.get("ALFWORLD_DATA")
     has = bool(data) and Path(data, "json_2.1.1").is_dir()
     t.add_row("ALFWORLD_DATA", data or "-", "ok" if has else "set it to a folder with json_2.1.1/")
+    if has:
+        _alfworld_splits(t, Path(data))
     java = shutil.which("java")
     t.add_row("java (ScienceWorld)", java or "-", "ok" if java else "install a JRE 17")
     console.print(t)

@@ -12,6 +12,10 @@ its grammar on every step; :mod:`.alfworld_engine` caches both per game and reus
 observations, admissible commands, scores and expert plans (``tests/core/test_alfworld_identity.py`` checks all
 474 test games against recorded raw traces). textworld is not thread-safe: use one env per thread, parallelise with
 processes (:mod:`.pool`).
+
+The game selection follows alfworld's ``AlfredTWEnv.collect_game_files``: trials under a ``movable`` or ``Sliced``
+task folder, without ``game.tw-pddl``, or whose game file is not marked ``solvable`` are skipped
+(:func:`alfworld_game_files`).
 """
 
 from __future__ import annotations
@@ -57,8 +61,52 @@ def resolve_alfworld_data(explicit: str | Path | None, environ: Mapping[str, str
     return root
 
 
+# AlfredTWEnv.collect_game_files skips these, in this order (its counts on a full alfworld-download: train 3,553,
+# valid_seen 140, valid_unseen 134)
+SKIP_REASONS = ("movable or Sliced", "no game file", "no solvable flag", "unsolvable")
+
+
+def alfworld_game_files(split_dir: Path) -> tuple[list[Path], dict[str, int]]:
+    """The trials of one split that alfworld's ``AlfredTWEnv`` plays, and how many it skips per reason.
+
+    A trial is a folder ``<task_dir>/<trial>/`` holding ``traj_data.json``. Skipped, as AlfredTWEnv skips them:
+    trials whose path (below the split folder) contains ``movable`` or ``Sliced``, trials without
+    ``game.tw-pddl``, and games whose file lacks the ``solvable`` key or has it false. (AlfredTWEnv tests its
+    whole path, data root included; twinrun tests only the part below the split, so a data folder named e.g.
+    ``Sliced-data`` does not empty every split.)"""
+    selected: list[Path] = []
+    skipped = dict.fromkeys(SKIP_REASONS, 0)
+    for traj in sorted(split_dir.glob("*/*/traj_data.json")):
+        trial = traj.parent
+        rel = str(trial.relative_to(split_dir))
+        game_file = trial / "game.tw-pddl"
+        if "movable" in rel or "Sliced" in rel:
+            skipped["movable or Sliced"] += 1
+        elif not game_file.is_file():
+            skipped["no game file"] += 1
+        else:
+            flag = _read_solvable(game_file)
+            if flag is None:
+                skipped["no solvable flag"] += 1
+            elif not flag:
+                skipped["unsolvable"] += 1
+            else:
+                selected.append(game_file)
+    return selected, skipped
+
+
+def _read_solvable(game_file: Path) -> bool | None:
+    try:
+        data = json.loads(game_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise EnvError(f"alfworld game: {str(game_file)!r} is not readable JSON ({e}; fix: restore it from "
+                       "alfworld-download)") from None
+    return bool(data["solvable"]) if isinstance(data, dict) and "solvable" in data else None
+
+
 class AlfWorldCatalog:
-    """The games of one split, grouped by short task type. Pure file listing (no engine)."""
+    """The games of one split that alfworld's AlfredTWEnv would play (:func:`alfworld_game_files`), grouped by
+    short task type. Pure file listing (no engine). `skipped`: trials left out, per reason."""
 
     def __init__(self, data_root: str | Path, split: str):
         self.root = resolve_alfworld_data(data_root)
@@ -67,8 +115,9 @@ class AlfWorldCatalog:
         if not split_dir.is_dir():
             have = sorted(p.name for p in (self.root / "json_2.1.1").iterdir() if p.is_dir())
             raise EnvError(f"environment.split: {split!r} is not under {self.root}/json_2.1.1 (fix: one of {have})")
+        files, self.skipped = alfworld_game_files(split_dir)
         games: list[GameRef] = []
-        for game_file in sorted(split_dir.glob("*/*/game.tw-pddl")):
+        for game_file in files:
             trial = game_file.parent
             task_type = _read_task_type(trial)
             games.append(
@@ -81,7 +130,8 @@ class AlfWorldCatalog:
                 )
             )
         if not games:
-            raise EnvError(f"environment.split: {split!r} has no game.tw-pddl files under {split_dir} (fix: check the data)")
+            raise EnvError(f"environment.split: {split!r} has no playable game under {split_dir} (skipped: "
+                           f"{skipped_text(self.skipped)}; fix: check the data)")
         self._games = games
 
     def task_types(self) -> list[str]:
@@ -94,6 +144,21 @@ class AlfWorldCatalog:
         if task_type not in SHORT_TYPES:
             raise EnvError(f"task type: {task_type!r} is not an ALFWorld task type (fix: one of {', '.join(SHORT_TYPES)})")
         return [g for g in self._games if g.task_type == task_type]
+
+
+def skipped_text(skipped: Mapping[str, int]) -> str:
+    """'3 movable or Sliced, 1 unsolvable' (or 'none')."""
+    return ", ".join(f"{n} {why}" for why, n in skipped.items() if n) or "none"
+
+
+def split_counts(data_root: str | Path) -> dict[str, tuple[int, dict[str, int]]]:
+    """Per split under ``json_2.1.1/``: games selected and skipped per reason (what ``twinrun doctor`` prints)."""
+    root = resolve_alfworld_data(data_root)
+    out = {}
+    for split_dir in sorted(p for p in (root / "json_2.1.1").iterdir() if p.is_dir()):
+        files, skipped = alfworld_game_files(split_dir)
+        out[split_dir.name] = (len(files), skipped)
+    return out
 
 
 def _read_task_type(trial: Path) -> str:
