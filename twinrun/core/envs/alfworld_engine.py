@@ -173,15 +173,17 @@ def _deepcopy_value(value: Any, memo: dict[int, Any]) -> Any:
     hit = memo.get(id(value))
     if hit is not None:
         return hit
-    new = cls.__new__(cls)
-    memo[id(value)] = new
+    new = memo[id(value)] = cls.__new__(cls)
     for name in slots:
-        try:
-            attr = getattr(value, name)
-        except AttributeError:
+        attr = getattr(value, name, _UNSET)
+        if attr is _UNSET:
             continue
-        setattr(new, name, attr if attr is None or type(attr) in (str, int, float, bool) else copy.deepcopy(attr, memo))
+        setattr(new, name, attr if type(attr) in _ATOMIC else copy.deepcopy(attr, memo))
     return new
+
+
+_UNSET = object()
+_ATOMIC = frozenset({str, int, float, bool, type(None)})  # deepcopy returns these as they are
 
 
 @functools.cache
