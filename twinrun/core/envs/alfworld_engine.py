@@ -22,7 +22,8 @@ aliasing kept within each dict, as deepcopy does) directly, and hands anything e
 The caches are keyed by content (the texts themselves), so a changed game file is a different key, never a stale
 hit. They are installed by swapping four module attributes of textworld for the duration of each engine call
 (:func:`TextWorldAssets.patched`); a raw textworld engine used outside those calls runs textworld's own code.
-textworld is single-threaded anyway: use one thread per process (see :mod:`.pool`).
+Patched calls hold a process-wide lock, so two threads cannot interleave the swaps (textworld itself is not
+thread-safe either: one engine thread per process, see :mod:`.pool`).
 
 Memory: ~2 MB per cached game (the translation's task objects ~1.5 MB, its SAS text ~0.5 MB, the game logic);
 ``max_games`` bounds it (LRU). Not shared across worker processes: workers are spawned, a copy would have to
@@ -39,6 +40,7 @@ import contextlib
 import copy
 import functools
 import sys
+import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from typing import Any
@@ -127,19 +129,20 @@ class TextWorldAssets:
         from textworld.envs.pddl import textgen
 
         _textworld_originals()
-        saved = (pddl_logic.fast_downward, pddl_logic.GameLogic, textgen._parse_and_convert, textgen.Rule,
-                 textgen.copy_context, self._replan)
-        pddl_logic.fast_downward = _FastDownward(self)
-        pddl_logic.GameLogic = self.game_logic
-        textgen._parse_and_convert = self.parse_symbols
-        textgen.Rule = _RuleQueries(self)
-        textgen.copy_context = copy_context
-        self._replan = replan
-        try:
-            yield
-        finally:
-            (pddl_logic.fast_downward, pddl_logic.GameLogic, textgen._parse_and_convert, textgen.Rule,
-             textgen.copy_context, self._replan) = saved
+        with _PATCH_LOCK:
+            saved = (pddl_logic.fast_downward, pddl_logic.GameLogic, textgen._parse_and_convert, textgen.Rule,
+                     textgen.copy_context, self._replan)
+            pddl_logic.fast_downward = _FastDownward(self)
+            pddl_logic.GameLogic = self.game_logic
+            textgen._parse_and_convert = self.parse_symbols
+            textgen.Rule = _RuleQueries(self)
+            textgen.copy_context = copy_context
+            self._replan = replan
+            try:
+                yield
+            finally:
+                (pddl_logic.fast_downward, pddl_logic.GameLogic, textgen._parse_and_convert, textgen.Rule,
+                 textgen.copy_context, self._replan) = saved
 
     def sizes(self) -> dict[str, int]:
         return {"translations": len(self._translations), "logics": len(self._logic), "snippets": len(self._symbols),
@@ -199,6 +202,9 @@ def _slotted_value_classes() -> dict[type, tuple[str, ...]]:
         if plain:  # else a future textworld customises copying: copy.deepcopy does it
             out[cls] = tuple(cls.__slots__)
     return out
+
+
+_PATCH_LOCK = threading.RLock()
 
 
 def _trim(cache: OrderedDict, cap: int) -> None:
