@@ -1,21 +1,20 @@
-"""Environment overhead: raw textworld vs twinrun's ALFWorld env, same games, same action sequences.
+"""ALFWorld episodes/s: twinrun's cached engine vs raw textworld, same games, same action sequences, one process.
 
-    .venv/bin/python bench/env_overhead.py                      # ALFWORLD_DATA or --data; 4 games, 5 rounds
+    .venv/bin/python bench/env_overhead.py                      # ALFWORLD_DATA or --data; 6 games, 3 rounds
     .venv/bin/python bench/env_overhead.py --games 6 --rounds 5
 
-Each game's action sequence is the handcoded expert's plan, recorded once. Every round then replays every
-sequence through:
+Each game's action sequence is the handcoded expert's plan, recorded once. Every round then plays every game
+(reset + that plan) through:
   raw        textworld.start(game, wrappers=[AlfredDemangler, AlfredInfos, AlfredExpert(handcoded)]) once per
-             game, then env.reset() + env.step(a) each round (the engine with nothing around it)
-  raw-fresh  the same, but textworld.start every episode (what a naive loop pays; reset cost only)
-  twinrun    AlfWorldEnv (same wrappers; adds observation parsing, admissible filtering, RNG isolation, the
-             started-game cache)
-  pool       twinrun's EnvPool with one worker process (adds the pipe round trip per call)
-in alternating order, so machine-load drift hits all of them alike. Reported: steps/s over step calls only (the
-hot loop of an episode) and the paired ratio twinrun/raw (target >= 0.95), plus the reset cost per episode;
-steps per CPU-second of this process (less sensitive to other processes on a shared machine); and an in-situ
-split of twinrun's step time into engine time and twinrun's own time (the engine call is timed inside the
-wrapper on the very same steps, so load drift between variants cannot move it).
+             game, then env.reset() + env.step(a) each episode: raw TextWorld, the baseline
+  raw-fresh  the same, but textworld.start every episode (what a naive loop pays)
+  cached     AlfWorldEnv as twinrun runs it: per-game caches (translation, grammar), engines reused
+  uncached   AlfWorldEnv over raw textworld (EngineCache(assets=None)): twinrun's own overhead, target >= 0.95
+  pool       EnvPool with one worker process, cached (adds the pipe round trip per call)
+in alternating order, so machine-load drift hits all of them alike. Reported per variant: episodes/s (reset + plan,
+target cached/raw >= 2), steps/s over step calls only, reset ms, and the paired ratio to raw (median over
+rounds). The cold line gives the first episode of each game with empty caches (translation and grammar parse
+included) against raw-fresh.
 """
 
 from __future__ import annotations
@@ -28,15 +27,9 @@ import time
 
 from twinrun.core.envs import EnvPool
 from twinrun.core.envs.alfworld import AlfWorldCatalog, AlfWorldEnv, resolve_alfworld_data
+from twinrun.core.envs.alfworld_engine import EngineCache, TextWorldAssets, start_textworld
 
-
-def raw_start(path: str):
-    import textworld
-    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
-
-    infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile", "expert_plan"])
-    return textworld.start(path, request_infos=infos,
-                           wrappers=[AlfredDemangler(shuffle=False), AlfredInfos, AlfredExpert(expert_type="handcoded")])
+Timing = tuple[float, float, int]  # reset seconds, step seconds, steps
 
 
 def record_plans(games, max_steps: int) -> list[list[str]]:
@@ -55,75 +48,27 @@ def record_plans(games, max_steps: int) -> list[list[str]]:
     return plans
 
 
-def run_raw(games, plans, started: dict | None) -> tuple[float, float, int, float]:
-    """started: game path -> started env to reuse (raw); None starts every episode afresh (raw-fresh)."""
-    reset_s = step_s = cpu_s = 0.0
-    steps = 0
-    gc.collect()  # the previous variant's garbage is not this variant's cost
-    for g, plan in zip(games, plans):
-        t0 = time.perf_counter()
-        env = started[g.path] if started is not None else raw_start(g.path)
-        env.reset()
-        t1, c1 = time.perf_counter(), time.process_time()
-        for a in plan:
-            env.step(a)
-        t2 = time.perf_counter()
-        cpu_s += time.process_time() - c1
-        if started is None:
-            env.close()
-        reset_s += t1 - t0
-        step_s += t2 - t1
-        steps += len(plan)
-    return reset_s, step_s, steps, cpu_s
+class RawEnv:
+    """raw textworld behind the bench's reset/step/close calls. started: path -> engine reused (raw); None: start
+    one every episode (raw-fresh)."""
+
+    def __init__(self, started: dict | None):
+        self.started = started
+        self.engine = None
+
+    def reset(self, g, _seed):
+        self.engine = self.started[g.path] if self.started is not None else start_textworld(g.path, "handcoded")
+        self.engine.reset()
+
+    def step(self, a):
+        self.engine.step(a)
+
+    def close(self):
+        if self.started is None:
+            self.engine.close()
 
 
-def run_twinrun(env, games, plans) -> tuple[float, float, int, float]:
-    reset_s = step_s = cpu_s = 0.0
-    steps = 0
-    gc.collect()
-    for g, plan in zip(games, plans):
-        t0 = time.perf_counter()
-        env.reset(g, 0)
-        t1, c1 = time.perf_counter(), time.process_time()
-        for a in plan:
-            env.step(a)
-        t2 = time.perf_counter()
-        cpu_s += time.process_time() - c1
-        env.close()
-        reset_s += t1 - t0
-        step_s += t2 - t1
-        steps += len(plan)
-    return reset_s, step_s, steps, cpu_s
-
-
-class _TimedEngine:
-    """Proxy around a started textworld env that accumulates the time spent inside the engine's step()."""
-
-    def __init__(self, env, clock: list[float]):
-        self._env = env
-        self._clock = clock
-
-    def step(self, command):
-        t0 = time.perf_counter()
-        try:
-            return self._env.step(command)
-        finally:
-            self._clock[0] += time.perf_counter() - t0
-
-    def __getattr__(self, name):
-        return getattr(self._env, name)
-
-
-def instrument(env: AlfWorldEnv) -> list[float]:
-    """Make `env`'s cache hand out timed engines; returns the engine-time accumulator [seconds]."""
-    clock = [0.0]
-    checkout, checkin = env.cache.checkout, env.cache.checkin
-    env.cache.checkout = lambda path, expert: _TimedEngine(checkout(path, expert), clock)  # type: ignore[method-assign]
-    env.cache.checkin = lambda path, expert, e: checkin(path, expert, e._env)  # type: ignore[method-assign]
-    return clock
-
-
-class _PoolEnv:
+class PoolEnv:
     """One lease per episode, like the executor uses the pool."""
 
     def __init__(self, pool: EnvPool):
@@ -141,75 +86,95 @@ class _PoolEnv:
         self.lease.close()
 
 
+def play(env, games, plans) -> Timing:
+    reset_s = step_s = 0.0
+    steps = 0
+    gc.collect()  # the previous variant's garbage is not this variant's cost
+    for g, plan in zip(games, plans):
+        t0 = time.perf_counter()
+        env.reset(g, 0)
+        t1 = time.perf_counter()
+        for a in plan:
+            env.step(a)
+        t2 = time.perf_counter()
+        env.close()
+        reset_s += t1 - t0
+        step_s += t2 - t1
+        steps += len(plan)
+    return reset_s, step_s, steps
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None, help="ALFWorld data folder (default: $ALFWORLD_DATA)")
     ap.add_argument("--split", default="valid_seen")
-    ap.add_argument("--games", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--max-steps", type=int, default=20)
+    ap.add_argument("--games", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-steps", type=int, default=30)
     args = ap.parse_args()
 
     root = resolve_alfworld_data(args.data, os.environ)
     cat = AlfWorldCatalog(root, args.split)
     games = [cat.games(t)[0] for t in cat.task_types()][: args.games]
     plans = record_plans(games, args.max_steps)
-    print(f"games: {len(games)} ({', '.join(g.task_type for g in games)}), steps per round: {sum(map(len, plans))}")
+    n_games = len(games)
+    print(f"games: {n_games} ({', '.join(g.task_type for g in games)}), steps per round: {sum(map(len, plans))}",
+          flush=True)
 
-    env = AlfWorldEnv()
-    engine_clock = instrument(env)
+    # cold: the first episode of each game with empty per-game caches, against a fresh textworld.start
+    cold_cached = play(AlfWorldEnv(cache=EngineCache(assets=TextWorldAssets())), games, plans)
+    cold_raw = play(RawEnv(None), games, plans)
+
+    started = {g.path: start_textworld(g.path, "handcoded") for g in games}
     pool = EnvPool("alfworld", workers=1, options={"expert_type": "handcoded"})
-    pool_env = _PoolEnv(pool)
-    run_twinrun(pool_env, games, plans)  # warm: spawn the worker, start the games once
-    run_twinrun(env, games, plans)
-    started = {g.path: raw_start(g.path) for g in games}
-    run_raw(games, plans, started)
-    res: dict[str, list[tuple[float, float, int, float]]] = {"raw": [], "twinrun": [], "pool": [], "raw-fresh": []}
-    inside: list[float] = []  # per round: engine seconds inside twinrun's step calls
+    variants = {
+        "raw": RawEnv(started),
+        "raw-fresh": RawEnv(None),
+        "cached": AlfWorldEnv(cache=EngineCache(assets=TextWorldAssets())),
+        "uncached": AlfWorldEnv(cache=EngineCache(assets=None)),
+        "pool": PoolEnv(pool),
+    }
+    for name in ("cached", "uncached", "pool"):  # warm: fill the caches, spawn the worker
+        play(variants[name], games, plans)
+    res: dict[str, list[Timing]] = {k: [] for k in variants}
     for r in range(args.rounds):
-        res["raw"].append(run_raw(games, plans, started))
-        engine_clock[0] = 0.0
-        res["twinrun"].append(run_twinrun(env, games, plans))
-        inside.append(engine_clock[0])
-        res["pool"].append(run_twinrun(pool_env, games, plans))
-        res["raw-fresh"].append(run_raw(games, plans, None))
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1][2] / v[-1][1]:.2f} steps/s" for k, v in res.items()), flush=True)
-    env.cache.close()
+        for k, env in variants.items():
+            res[k].append(play(env, games, plans))
+        print(f"round {r + 1}: " + ", ".join(f"{k} {n_games / (v[-1][0] + v[-1][1]):.2f} ep/s" for k, v in res.items()),
+              flush=True)
     pool.close()
+    for v in ("cached", "uncached"):
+        variants[v].cache.close()
     for e in started.values():
         e.close()
 
-    def rate(rows):  # steps/s per round (wall clock)
-        return [s / t for _, t, s, _ in rows]
+    def ep_rate(rows: list[Timing]) -> list[float]:
+        return [n_games / (rs + ss) for rs, ss, _ in rows]
 
-    def cpu_rate(rows):  # steps per CPU second of this process (robust to other load; in-process variants only)
-        return [s / c for _, _, s, c in rows]
+    def step_rate(rows: list[Timing]) -> list[float]:
+        return [n / ss for _, ss, n in rows]
 
-    def reset_ms(rows):
-        return statistics.median(rs / len(games) * 1000 for rs, _, _, _ in rows)
-
-    def ratio(k):
+    def ratio(k: str, rate) -> float:
         return statistics.median(b / a for a, b in zip(rate(res["raw"]), rate(res[k])))
 
-    notes = {"raw": "engine only, started once", "twinrun": "AlfWorldEnv in this process",
-             "pool": "EnvPool, 1 worker process", "raw-fresh": "textworld.start every episode"}
+    notes = {"raw": "textworld.start once per game", "raw-fresh": "textworld.start every episode",
+             "cached": "AlfWorldEnv, per-game caches", "uncached": "AlfWorldEnv over raw textworld",
+             "pool": "EnvPool, 1 worker process, cached"}
     print()
-    print(f"{'':10s} {'steps/s':>9s} {'ratio vs raw':>13s} {'reset ms':>9s}")
+    print(f"{'':10s} {'episodes/s':>10s} {'vs raw':>7s} {'steps/s':>8s} {'vs raw':>7s} {'reset ms':>9s}")
     for k in res:
-        print(f"{k:10s} {statistics.median(rate(res[k])):9.2f} {ratio(k):13.3f} {reset_ms(res[k]):9.0f}  ({notes[k]})")
-    ratios_tw = [b / a for a, b in zip(rate(res["raw"]), rate(res["twinrun"]))]
-    cpu_ratio = statistics.median(b / a for a, b in zip(cpu_rate(res["raw"]), cpu_rate(res["twinrun"])))
-    print(f"\nCPU-time step rate (this process only): raw {statistics.median(cpu_rate(res['raw'])):.2f}, "
-          f"twinrun {statistics.median(cpu_rate(res['twinrun'])):.2f} steps per CPU-s, ratio {cpu_ratio:.3f}")
-    # the same steps, timed inside and outside the wrapper: immune to load drift between variants
-    total_tw = sum(t for _, t, _, _ in res["twinrun"])
-    steps_tw = sum(n for _, _, n, _ in res["twinrun"])
-    overhead_us = (total_tw - sum(inside)) / steps_tw * 1e6
-    print(f"in-situ: twinrun's own time per step {overhead_us:.0f} us of {total_tw / steps_tw * 1e3:.1f} ms; "
-          f"engine share of twinrun's step time {sum(inside) / total_tw:.4f}")
-    ok = statistics.median(ratios_tw) >= 0.95
-    print(f"\ntwinrun/raw step-rate ratio (median of {args.rounds} paired rounds): "
-          f"{statistics.median(ratios_tw):.3f}  target >= 0.95: {'met' if ok else 'NOT met'}")
+        reset_ms = statistics.median(rs / n_games * 1000 for rs, _, _ in res[k])
+        print(f"{k:10s} {statistics.median(ep_rate(res[k])):10.3f} {ratio(k, ep_rate):7.2f} "
+              f"{statistics.median(step_rate(res[k])):8.2f} {ratio(k, step_rate):7.2f} {reset_ms:9.0f}  ({notes[k]})")
+    cold = (n_games / sum(cold_cached[:2])) / (n_games / sum(cold_raw[:2]))
+    print(f"\ncold (first episode per game, empty caches): cached {n_games / sum(cold_cached[:2]):.3f} ep/s, "
+          f"raw-fresh {n_games / sum(cold_raw[:2]):.3f} ep/s, ratio {cold:.2f}")
+    speedup = ratio("cached", ep_rate)
+    print(f"cached/raw episodes/s (median of {args.rounds} paired rounds): {speedup:.2f}  target >= 2: "
+          f"{'met' if speedup >= 2 else 'NOT met'}")
+    own = ratio("uncached", step_rate)
+    print(f"twinrun's wrapper over raw textworld, steps/s ratio: {own:.3f}  target >= 0.95: "
+          f"{'met' if own >= 0.95 else 'NOT met'}")
 
 
 if __name__ == "__main__":
