@@ -41,7 +41,7 @@ from twinrun.core.envs import EnvPool, GameCatalog, GameRef, make_catalog, make_
 from twinrun.core.errors import TwinrunError
 from twinrun.core.executors import BackgroundLoop, Executor, make_executor
 from twinrun.core.react import Episode, PromptTemplate
-from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, JudgeRecord, Provenance
+from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, JudgeRecord, Provenance, SequenceTokens
 from twinrun.core.rewards import PositionResult, RewardBreakdown, TokenCounter, composite_reward, whitespace_tokens
 from twinrun.core.skills import OpResult, SkillRepo, render_for_prompt
 from twinrun.core.toolcalls import CURATE_TOOL, CuratorTurn, parse_curator_turn
@@ -164,7 +164,8 @@ class PositionRecord(BaseModel):
 
 
 class CurationRecord(BaseModel):
-    """One curation rollout (a rollouts.jsonl row)."""
+    """One curation rollout (a rollouts.jsonl row). ``sequences``: the token ids the backend trained on
+    (records.SequenceTokens; None in files written before `twinrun parity` existed)."""
 
     model_config = ConfigDict(extra="forbid")
     schema_version: int = SCHEMA_VERSION
@@ -193,6 +194,7 @@ class CurationRecord(BaseModel):
     wall_s: float
     judge: JudgeRecord | None = None  # what the r_cnt verdicts were asked with; None: no judge (or one without settings)
     provenance: Provenance | None = None
+    sequences: list[SequenceTokens] | None = None
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -297,6 +297,29 @@ class EpisodeRecord(_Row):
     wall_s: float = 0.0
     executor_settings_hash: str | None = None
     sampling: SamplingRecord | None = None  # None: a scripted executor, or no executor call was made
+
+
+class SequenceTokens(BaseModel):
+    """One training sequence of a curation rollout, exactly as the backend trained it (a ``sequences`` entry of
+    a rollouts.jsonl row): the policy's input and what followed it. ``completion_mask`` is 1 on the curator's own
+    tokens (they carry the loss) and 0 on tool results (the next position's input) inside the completion.
+    `twinrun parity` replays these through both trainers."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_mask: list[int]
+
+    @model_validator(mode="after")
+    def _aligned(self) -> SequenceTokens:
+        if len(self.completion_mask) != len(self.completion_ids):
+            raise ValueError(
+                f"completion_mask: {len(self.completion_mask)} flags for {len(self.completion_ids)} completion "
+                "tokens (fix: one 0/1 flag per completion token)"
+            )
+        if any(m not in (0, 1) for m in self.completion_mask):
+            raise ValueError("completion_mask: values other than 0/1 (fix: 1 = curator token, 0 = tool result)")
+        return self
 
 
 class StepMetrics(_Row):

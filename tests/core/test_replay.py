@@ -1,0 +1,108 @@
+"""Recorded rollouts as replay batches (core.replay) and the update-difference math (parity.weights): pure, fast."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from twinrun.core.advantages import compute_advantages
+from twinrun.core.errors import TwinrunError
+from twinrun.core.records import SequenceTokens
+from twinrun.core.replay import load_replay, merge_ratio_stats, ratio_stats
+from twinrun.core.spec import load_spec
+from twinrun.parity.weights import tensor_group, update_difference
+
+
+def _row(step, g, i, reward, *, seq=True, valid=True):
+    row = {"kind": "curation_rollout", "step": step, "group_index": g, "rollout_index": i, "group_id": f"s{step}g{g}",
+           "reward": {"total": reward}, "positions": [{"no_valid_call": not valid}]}
+    if seq:
+        row["sequences"] = [{"prompt_ids": [1, 2, step, g], "completion_ids": [5, 6, 7, i],
+                             "completion_mask": [1, 0, 1, 1]}]
+    return row
+
+
+@pytest.fixture
+def spec(smoke_spec_path):
+    return load_spec(smoke_spec_path)  # 2 groups x 2 rollouts per step
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_rows_are_group_contiguous_with_core_advantages(tmp_path, spec):
+    rng = np.random.default_rng(0)
+    rows = [_row(s, g, i, float(rng.normal())) for s in range(2) for g in range(2) for i in range(2)]
+    rng.shuffle(rows)  # a file's row order is completion order, not batch order
+    steps = load_replay(_write(tmp_path / "r.jsonl", rows), spec)
+    assert [s.step for s in steps] == [0, 1]
+    for s in steps:
+        assert s.group_ids == [f"s{s.step}g0"] * 2 + [f"s{s.step}g1"] * 2
+        assert [r.rollout_index for r in s.rows] == [0, 1, 0, 1]
+        want = compute_advantages(spec.algorithm, np.array([r.reward for r in s.rows]),
+                                  np.array(s.group_ids, dtype=object))
+        assert np.allclose([r.advantage for r in s.rows], want)
+        assert s.rows[0].completion_mask == (1, 0, 1, 1) and s.rows[0].loss_tokens == 3
+
+
+def test_unmeasured_rollout_gets_zero_advantage(tmp_path, spec):
+    rows = [_row(0, g, i, 1.0 + i) for g in range(2) for i in range(2)]
+    rows[0]["reward"]["total"] = None
+    (step,) = load_replay(_write(tmp_path / "r.jsonl", rows), spec)
+    assert step.rows[0].reward is None and step.rows[0].advantage == 0.0
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda rows: [r.pop("sequences") for r in rows], "no 'sequences'"),
+    (lambda rows: rows.pop(), "holds 3 rollouts"),
+    (lambda rows: rows[0]["sequences"][0].update(completion_mask=[1, 1]), "malformed"),
+])
+def test_files_that_cannot_drive_a_replay_say_why(tmp_path, spec, mutate, match):
+    rows = [_row(0, g, i, 1.0) for g in range(2) for i in range(2)]
+    mutate(rows)
+    with pytest.raises(TwinrunError, match=match):
+        load_replay(_write(tmp_path / "r.jsonl", rows), spec)
+
+
+def test_too_few_steps(tmp_path, spec):
+    rows = [_row(0, g, i, 1.0) for g in range(2) for i in range(2)]
+    with pytest.raises(TwinrunError, match=r"need 0\.\.2"):
+        load_replay(_write(tmp_path / "r.jsonl", rows), spec, steps=3)
+
+
+def test_sequence_tokens_validate():
+    with pytest.raises(ValueError, match="completion_mask"):
+        SequenceTokens(prompt_ids=[1], completion_ids=[2, 3], completion_mask=[1])
+    with pytest.raises(ValueError, match="0/1"):
+        SequenceTokens(prompt_ids=[1], completion_ids=[2], completion_mask=[2])
+
+
+def test_ratio_stats_merge_equals_stats_of_union():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(0, 0.1, 7), rng.normal(0, 0.1, 5)
+    merged, whole = merge_ratio_stats([ratio_stats(a), ratio_stats(b), ratio_stats([])]), ratio_stats(np.r_[a, b])
+    assert merged["tokens"] == 12
+    for k in ("ratio_mean", "ratio_min", "ratio_max", "abs_log_max"):
+        assert merged[k] == pytest.approx(whole[k])
+
+
+def test_update_difference_groups_and_total():
+    w0 = {"model.embed_tokens.weight": np.zeros((2, 2)), "model.layers.0.self_attn.q_proj.weight": np.zeros(3),
+          "model.layers.0.mlp.up_proj.weight": np.zeros(2), "model.norm.weight": np.zeros(2),
+          "lm_head.weight": np.zeros((2, 2))}
+    trl = {k: v + 1.0 for k, v in w0.items()}
+    verl = dict(trl)
+    verl["model.layers.0.mlp.up_proj.weight"] = np.array([1.0, 1.5])
+    d = update_difference(w0, trl, verl, ignore=("lm_head.weight",))
+    by = {g["group"]: g for g in d["groups"]}
+    assert set(by) == {"embed", "layers.0.attn", "layers.0.mlp", "norm"}
+    assert by["layers.0.attn"]["rel_diff"] == 0.0
+    assert by["layers.0.mlp"]["rel_diff"] == pytest.approx(0.5 / np.sqrt(2))
+    assert d["total"]["rel_diff"] == pytest.approx(0.5 / np.sqrt(11)) and d["total"]["params"] == 11
+    with pytest.raises(TwinrunError, match="missing"):
+        update_difference(w0, trl, {k: v for k, v in verl.items() if "norm" not in k})
+    assert tensor_group("model.layers.1.post_attention_layernorm.weight") == "layers.1.norm"
