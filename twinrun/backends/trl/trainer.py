@@ -33,6 +33,7 @@ from twinrun.core.advantages import EstimatorConfig, compute_advantages
 from twinrun.core.curation import CurationResult
 from twinrun.core.errors import TwinrunError
 from twinrun.core.policy_input import segment_positions
+from twinrun.core.records import SequenceTokens
 from twinrun.core.step_health import StepCounts, check_step_health
 from twinrun.core.toolcalls import CURATE_TOOL
 
@@ -104,6 +105,8 @@ class TwinrunGRPOTrainer(GRPOTrainer):
         self.last_core_advantages = adv.detach().clone()
         t_adv = time.perf_counter() - t1
 
+        for r, seq in zip(results, batch_sequences(out), strict=True):
+            r.record.sequences = [seq]  # the tokens TRL trains on (rollouts.jsonl; `twinrun parity` replays them)
         records = gather_object([(r.record.model_dump(mode="json"), [e.model_dump(mode="json") for e in r.episodes])
                                  for r in results])
         if self.on_batch is not None:
@@ -172,6 +175,22 @@ class TwinrunGRPOTrainer(GRPOTrainer):
         ]
         token_adv = spread_advantages(spans, positions, per_position[offset:offset + n_local], mask.shape[1])
         return torch.tensor(token_adv, dtype=torch.float32, device=device)
+
+
+def batch_sequences(out: dict[str, Any]) -> list[SequenceTokens]:
+    """The local rows of TRL's scored batch as token sequences: the prompt without its left padding, the
+    completion without its right padding, and the loss mask TRL applies inside it (``completion_mask * tool_mask``:
+    0 on tool results)."""
+    prompt_ids, prompt_mask = out["prompt_ids"].tolist(), out["prompt_mask"].tolist()
+    completion_ids, completion_mask = out["completion_ids"].tolist(), out["completion_mask"].tolist()
+    tool_mask = out["tool_mask"].tolist() if "tool_mask" in out else None
+    rows = []
+    for i in range(len(prompt_ids)):
+        prompt = [t for t, m in zip(prompt_ids[i], prompt_mask[i], strict=True) if m]
+        n = int(sum(completion_mask[i]))
+        loss = [int(t) for t in (tool_mask[i][:n] if tool_mask is not None else [1] * n)]
+        rows.append(SequenceTokens(prompt_ids=prompt, completion_ids=completion_ids[i][:n], completion_mask=loss))
+    return rows
 
 
 def _turn_summary(messages: list[dict[str, Any]]) -> list[str]:
