@@ -128,6 +128,9 @@ def test_three_curate_turns_then_the_closing_reply(setup):
     assert [p["tool_calls"] for p in rec["positions"]] == [1, 1, 1]
     # r_fc per position: Valid = 1 (the insert), 0 (curate([]): no op), 0 -> 1/3 (pooled over calls it would be 1)
     assert rec["reward"]["r_fc"]["value"] == pytest.approx(1 / g) and rec["reward"]["r_fc"]["denominator"] == g
+    # the row records the tokens verl trains on (`twinrun parity` replays them)
+    assert rec["sequences"] == [{"prompt_ids": list(out.prompt_ids), "completion_ids": list(out.response_ids),
+                                 "completion_mask": list(out.response_mask)}]
 
 
 def test_a_turn_without_a_wellformed_call_ends_the_completion(setup):

@@ -22,6 +22,7 @@ class BackendEntry:
     train: str  # "module:function", imports the framework
     requires: tuple[str, ...]  # import names checked before `train`
     extra: str  # pip extra that provides them
+    replay: str = ""  # "module:function": recorded rollouts through the framework's update (`twinrun parity`)
 
 
 BACKENDS: dict[str, BackendEntry] = {
@@ -31,6 +32,7 @@ BACKENDS: dict[str, BackendEntry] = {
         train="twinrun.backends.trl.train:train",
         requires=("torch", "transformers", "trl", "datasets"),
         extra="trl",
+        replay="twinrun.backends.trl.replay:replay",
     ),
     "verl": BackendEntry(
         name="verl",
@@ -38,6 +40,7 @@ BACKENDS: dict[str, BackendEntry] = {
         train="twinrun.backends.verl.train:train",
         requires=("torch", "transformers", "verl", "ray"),
         extra="verl",
+        replay="twinrun.backends.verl.replay:replay",
     ),
 }
 
@@ -76,3 +79,12 @@ def compiler(name: str) -> Callable[..., Any]:
 def trainer(name: str) -> Callable[..., Any]:
     check_dependencies(name)
     return _load(entry(name).train)
+
+
+def replayer(name: str) -> Callable[..., Any]:
+    """The backend's replay of recorded rollouts (`twinrun parity`); imports the framework when called."""
+    e = entry(name)
+    if not e.replay:
+        raise TwinrunError(f"backend {name}: no replay of recorded rollouts (fix: `twinrun parity` needs trl and verl)")
+    check_dependencies(name)
+    return _load(e.replay)

@@ -37,6 +37,7 @@ from twinrun.backends.verl.estimators import RolloutTag, encode_uid
 from twinrun.backends.verl.loop_manager import TAG_FIELD
 from twinrun.backends.verl.session import CurationContext
 from twinrun.core.policy_input import segment_positions  # which positions a curator turn's tokens stand for
+from twinrun.core.records import SequenceTokens
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +120,11 @@ class CuratorAgentLoop(AgentLoopBase):
 
         with simple_timer("tool_calls", metrics):
             result = await session.afinish()
-        summary = ctx.summarize(result)
-
         # as verl's ToolAgentLoop: the response is the tail the mask covers (boundary edits stay in the prompt)
         prompt_ids, response = ids[: len(ids) - len(mask)], ids[len(ids) - len(mask):]
         response, mask = response[: self.response_length], mask[: self.response_length]
+        summary = ctx.summarize(result, sequences=[SequenceTokens(
+            prompt_ids=list(prompt_ids), completion_ids=list(response), completion_mask=list(mask))])
         if versions:
             lo, hi = min(versions), max(versions)
         else:  # no generation happened (cannot occur with a positive budget); keep verl's ints valid

@@ -122,8 +122,11 @@ class CurationContext:
                                for c in calls]}
 
     # --- results
-    def summarize(self, result: Any) -> RolloutSummary:
-        """Record the rollout (rollouts.jsonl, episodes.jsonl) and reduce it to what verl and the estimator need."""
+    def summarize(self, result: Any, sequences: list[Any] | None = None) -> RolloutSummary:
+        """Record the rollout (rollouts.jsonl, episodes.jsonl; ``sequences``: the tokens verl trains on, as
+        records.SequenceTokens) and reduce it to what verl and the estimator need."""
+        if sequences is not None:
+            result.record.sequences = list(sequences)
         result.write(episodes=self.episodes, rollouts=self.rollouts)
         rec = result.record
         positions = rec.positions
