@@ -1,0 +1,61 @@
+"""Console tables for `twinrun parity`: the update difference per tensor group, each trainer's updates, the knob
+table (rich; no framework import)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _f(v: Any, fmt: str = ".3g") -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return format(float(v), fmt)
+
+
+def print_report(report: dict[str, Any], console: Console | None = None) -> None:
+    """The parity report of one comparison (run.run_parity's dict)."""
+    c = console or Console(width=160)
+    c.print(f"[bold]parity[/] {report['spec']['name']} (spec {report['spec']['hash']}): {report.get('replayed', '')}")
+    c.print(f"  {report['frameworks'].get('trl')} vs {report['frameworks'].get('verl')}; rollouts {report.get('rollouts')}")
+    for k, diff in report["steps"].items():
+        t = Table(title=f"update difference after training step {k}: ||dW_trl - dW_verl|| / ||dW_trl||")
+        for col in ("group", "params", "rel_diff", "||dW_trl||", "||dW_verl||", "cosine"):
+            t.add_column(col, justify="left" if col == "group" else "right")
+        for row in [*diff["groups"], diff["total"]]:
+            t.add_row(row["group"], str(row["params"]), _f(row["rel_diff"]), _f(row["norm_trl"]),
+                      _f(row["norm_verl"]), _f(row["cosine"], ".8f"), style="bold" if row["group"] == "total" else None)
+        c.print(t)
+    t = Table(title="each trainer's optimizer updates (loss = what it backpropagated; ratio = exp(logp - logp_old) "
+                    "on loss tokens)")
+    for col in ("backend", "step", "update", "loss", "tokens", "ratio mean", "ratio min", "ratio max",
+                "clip frac", "grad norm"):
+        t.add_column(col, justify="left" if col == "backend" else "right")
+    for b, ups in report["updates"].items():
+        for u in ups:
+            r = u.get("ratio") or {}
+            t.add_row(b, str(u["step"]), str(u["update"]), _f(u.get("loss"), ".7g"), str(r.get("tokens", "")),
+                      _f(r.get("ratio_mean"), ".7f"), _f(r.get("ratio_min"), ".7f"), _f(r.get("ratio_max"), ".7f"),
+                      _f(u.get("clip_fraction")), _f(u.get("grad_norm"), ".6g"))
+    c.print(t)
+    verdict = "[green]PASS[/]" if report["passed"] else "[red]FAIL[/]"
+    c.print(f"{verdict}: max total relative difference {_f(report['max_rel_diff'])} (tol {report['tol']:g})")
+
+
+def print_knob_table(rows: list[dict[str, Any]], console: Console | None = None) -> None:
+    """The knob table (knobs.run_knob_table's rows)."""
+    c = console or Console(width=160)
+    t = Table(title="update parity knob by knob (total ||dW_trl - dW_verl|| / ||dW_trl|| after step 1 and the last)")
+    for col in ("knob", "--set", "plan", "step 1", "last step", "tol", "verdict"):
+        t.add_column(col, justify="right" if col in ("step 1", "last step", "tol") else "left", overflow="fold")
+    for r in rows:
+        t.add_row(r["knob"], " ".join(r["sets"]) or "(spec as is)", r["plan"], _f(r.get("rel_diff_step1")),
+                  _f(r.get("rel_diff_last")), _f(r["tol"]), r["verdict"])
+    c.print(t)
