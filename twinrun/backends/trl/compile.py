@@ -151,7 +151,7 @@ def _knobs(spec: ExperimentSpec, kw: dict[str, Any]) -> dict[str, KnobSetting]:
             f"lr_scheduler_type={kw['lr_scheduler_type']}", kw["lr_scheduler_type"].removesuffix("_with_warmup")
         ),
         "warmup_steps": k(f"warmup_steps={kw['warmup_steps']} (optimizer steps)", spec.optimizer.warmup_steps),
-        "weight_decay": k(f"weight_decay={kw['weight_decay']}", kw["weight_decay"]),
+        "weight_decay": k(f"weight_decay={kw['weight_decay']} (every parameter, as verl)", kw["weight_decay"]),
         "betas": k(f"adam_beta1/2={kw['adam_beta1']}/{kw['adam_beta2']}", (kw["adam_beta1"], kw["adam_beta2"])),
         "grad_clip": k(f"max_grad_norm={kw['max_grad_norm']}", kw["max_grad_norm"]),
         "clip_low": k(f"epsilon={kw['epsilon']}", kw["epsilon"]),

@@ -38,7 +38,16 @@ from twinrun.core.step_health import StepCounts, check_step_health
 from twinrun.core.toolcalls import CURATE_TOOL
 
 
-class TwinrunGRPOTrainer(GRPOTrainer):
+class DecayEveryParameter:
+    """AdamW weight decay on every parameter, as verl's FSDP optimizer applies it (``model.parameters()``), instead
+    of the HF Trainer's default that exempts biases and norm weights. Measured with `twinrun parity`: without it the
+    norm weights of the two backends drift apart by ``lr * weight_decay * w`` per update (DIVERGENCES B14)."""
+
+    def get_decay_parameter_names(self, model: Any) -> list[str]:
+        return [name for name, _ in model.named_parameters()]
+
+
+class TwinrunGRPOTrainer(DecayEveryParameter, GRPOTrainer):
     def __init__(
         self,
         *args: Any,
