@@ -106,3 +106,15 @@ def test_update_difference_groups_and_total():
     with pytest.raises(TwinrunError, match="missing"):
         update_difference(w0, trl, {k: v for k, v in verl.items() if "norm" not in k})
     assert tensor_group("model.layers.1.post_attention_layernorm.weight") == "layers.1.norm"
+
+
+def test_every_knob_of_the_parity_table_is_a_valid_spec_with_plan_rows(smoke_spec_path):
+    from twinrun.parity.knobs import KNOBS, plan_status
+    from twinrun.plan import build_plan
+
+    names = {k["name"] for k in build_plan(load_spec(smoke_spec_path))["knobs"]}
+    for knob in KNOBS:
+        assert set(knob.plan_rows) <= names, knob
+        status, why = plan_status(load_spec(smoke_spec_path, list(knob.sets)), knob.plan_rows)
+        assert status in ("equal", "divergent") and (status == "equal") == (why == "")
+    assert plan_status(load_spec(smoke_spec_path), KNOBS[0].plan_rows) == ("equal", "")
