@@ -143,6 +143,10 @@ def _knobs(spec: ExperimentSpec, kw: dict[str, Any]) -> dict[str, KnobSetting]:
         "minibatches": k(
             f"steps_per_generation/gradient_accumulation_steps={kw['steps_per_generation']}/{kw['gradient_accumulation_steps']}",
             kw["steps_per_generation"] // kw["gradient_accumulation_steps"],
+            # TRL shuffles the generation batch before splitting it into updates (GRPOTrainer._prepare_inputs,
+            # shuffle_sequence_dict); verl's mini-batches are contiguous: different rollouts share an update
+            "TRL shuffles the rollouts of a step before splitting them into updates; verl keeps them contiguous "
+            "(DIVERGENCES B6)" if kw["steps_per_generation"] // kw["gradient_accumulation_steps"] > 1 else None,
         ),
         "epochs": k(f"num_iterations={kw['num_iterations']}", kw["num_iterations"]),
         "steps": k(f"max_steps={kw['max_steps']} (optimizer steps)", derive_counts(spec, kw, world_size(spec))["training_steps"]),
