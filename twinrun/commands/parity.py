@@ -27,6 +27,8 @@ def parity(
     out: Path = typer.Option(Path("runs/parity"), "--out", help="where weights, logs and parity.json go"),
     tol: float = typer.Option(1e-4, "--tol", help="pass when the total relative update difference is at most this"),
     knobs: bool = typer.Option(False, "--knobs", help="also run the knob table (one comparison per knob)"),
+    model: Optional[Path] = typer.Option(
+        None, "--model", help="local HF checkpoint both trainers start from (default: the spec's curator)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
     cache: Optional[Path] = CacheOption,
 ) -> None:
@@ -42,10 +44,11 @@ def parity(
     if knobs:  # the first knob is the spec as is: its comparison is the report
         from twinrun.parity.knobs import run_knob_table
 
-        table = run_knob_table(spec_path, sets, path, out / "knobs", cache_dir=cdir, tol=tol, log=log)
+        table = run_knob_table(spec_path, sets, path, out / "knobs", cache_dir=cdir, tol=tol, log=log,
+                               model=model)
         report = table[0]["report"]
     else:
-        report = run_parity(spec, path, out / "compare", cache_dir=cdir, tol=tol, log=log)
+        report = run_parity(spec, path, out / "compare", cache_dir=cdir, tol=tol, log=log, model=model)
     if as_json:
         rows = [{k: v for k, v in r.items() if k != "report"} for r in table] if table is not None else None
         typer.echo(json.dumps({"report": report, "knobs": rows}, indent=1, default=str))

@@ -61,8 +61,10 @@ def run_parity(
     tol: float = DEFAULT_TOL,
     log: Callable[[str], None] = print,
     verl_timeout_s: float = 900,
+    model: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Replay ``rollouts`` through both trainers under ``spec`` and compare. Writes ``out_dir/parity.json``."""
+    """Replay ``rollouts`` through both trainers under ``spec`` and compare. Writes ``out_dir/parity.json``.
+    ``model``: the local HF checkpoint both start from (default: the spec's curator, warm-started if tiny)."""
     from twinrun.backends import registry
     from twinrun.warmstart import resolve_curator_model
 
@@ -70,7 +72,8 @@ def run_parity(
     recorded = _recorded_steps(Path(rollouts))
     save_after = comparison_steps(spec, recorded or None)
     steps = load_replay(rollouts, spec, steps=max(save_after))
-    model = resolve_curator_model(spec, cache_dir, log=log)
+    if model is None:
+        model = resolve_curator_model(spec, cache_dir, log=log)
     log(f"parity: {spec.name}: replaying {describe(steps)} from {rollouts}")
     results: dict[str, dict[str, Any]] = {}
     for name in BACKENDS:
