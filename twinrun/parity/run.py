@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def run_parity(
     save_after = comparison_steps(spec, recorded or None)
     steps = load_replay(rollouts, spec, steps=max(save_after))
     if model is None:
-        model = resolve_curator_model(spec, cache_dir, log=log)
+        model = resolve_curator_model(spec, cache_dir, environ=dict(os.environ), log=log)
     log(f"parity: {spec.name}: replaying {describe(steps)} from {rollouts}")
     results: dict[str, dict[str, Any]] = {}
     for name in BACKENDS:
