@@ -112,6 +112,13 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
             "reduce_dtype": "fp32",
             "buffer_dtype": "fp32",
         },
+        # the reference policy's engine has its own fsdp_config: without this it computes in bf16 (verl's default),
+        # and the KL term sees ~1e-2 log-prob noise at the first update (found by `twinrun parity`)
+        "+actor_rollout_ref.ref.fsdp_config.mixed_precision": {
+            "param_dtype": "bf16" if spec.curator.precision == "bf16" else "fp32",
+            "reduce_dtype": "fp32",
+            "buffer_dtype": "fp32",
+        },
         # log-prob passes (old policy, reference) use the same micro batch as the update (verl requires a value)
         f"{R}.log_prob_micro_batch_size_per_gpu": b.micro_batch_per_device,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": b.micro_batch_per_device,
