@@ -34,6 +34,7 @@ def _rollout(step, total):
     return {"step": step, "reward": {"total": total, "r_task": _term(0.5, 1, 2), "r_fc": _term(1.0),
                                      "r_cnt": _term(None), "r_comp": _term(0.5)},
             "positions_measured": 3, "executor_episodes": 3, "executor_calls": 9, "unmeasured_episodes": 0,
+            "turns_missing": 0,
             "positions": [{"tool_calls": 2}, {"tool_calls": 1}]}
 
 
