@@ -3,10 +3,19 @@
     twinrun eval-agent --checkpoint runs/sft-trl/checkpoints/step-000002 \\
                        --checkpoint runs/sft-verl/checkpoints/step-000002 --out runs/eval [--passes 4 ...]
     twinrun eval-agent --checkpoint CK --skills skills/human --out runs/eval-skills   # with/without-skill
+    twinrun eval-agent --checkpoint Qwen/Qwen3-1.7B --run runs/sft-trl --run runs/rose-trl --out runs/table
+
+The test variations are the pinned list of 200 shipped with twinrun (checked against the installed simulator;
+not the published study's list, see DIVERGENCES E6); ``--variations N`` plays a seeded draw of N of them,
+``--no-pinned`` draws from the whole split instead. ``--run DIR`` (an SFT or ROSE run folder, repeatable) adds
+one arm per epoch / round checkpoint, labelled for the study's table (method, epoch/round, success, Avg@1,
+literal template-copy share), and flags arms within re-evaluation noise of the best one.
 
 Each checkpoint is one arm (``--label`` names it; default: its folder names). With ``--skills DIR`` (a curated
 repo saved by twinrun, or a folder of human-written SKILL.md folders; repeatable) every checkpoint is played
-without skills and once per skill folder with its retrieved skills, on the same games and seeds. Results:
+without skills and once per skill folder with its retrieved skills, on the same games and seeds; the first
+``--checkpoint`` is then the base model of the skill-free transfer comparison (each trained model without
+skills against the base model with skills, paired). Results:
 ``OUT/summary.json`` (and the printed table), ``OUT/episodes.jsonl``, ``OUT/trajectories.jsonl`` and sweep-style
 rows under ``OUT/compare/<group>/`` for ``twinrun compare OUT/compare/<group> --baseline <arm>``.
 """
@@ -34,13 +43,18 @@ def _label(path: str) -> str:
 
 def eval_agent(
     checkpoint: list[str] = typer.Option([], "--checkpoint", help="HF model folder (or tiny-qwen3); repeatable"),
+    run: list[Path] = typer.Option([], "--run", help="SFT or ROSE run folder: one arm per epoch/round; repeatable"),
     label: list[str] = typer.Option([], "--label", help="arm name per --checkpoint (default: folder names)"),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint instead of a folder"),
     model: str | None = typer.Option(None, "--model", help="model name at --base-url"),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="env var holding the endpoint key"),
     out: Path = typer.Option(..., "--out", help="results folder (resumes what is there)"),
     passes: int = typer.Option(4, "--passes", help="independent passes over the variations"),
-    variations: int = typer.Option(200, "--variations", help="test variations sampled with --seed"),
+    variations: int = typer.Option(200, "--variations", help="variations played (N < 200: a draw with --seed)"),
+    pinned: bool = typer.Option(True, "--pinned/--no-pinned", help="the shipped pinned test list (default) or a "
+                                "seeded draw from --split"),
+    literal: list[str] = typer.Option([], "--literal", help="actions counted by the literal template-copy share "
+                                      "(repeatable; default: the study's 'open/close OBJ')"),
     seed: int = typer.Option(0, "--seed"),
     split: str = typer.Option("test", "--split", help="train, dev or test"),
     task: list[str] = typer.Option([], "--task", help="only these ScienceWorld tasks (repeatable)"),
@@ -67,14 +81,17 @@ def eval_agent(
         checkpoint_fingerprint,
         hf_generator,
         openai_generator,
+        pinned_games,
         run_agent_eval,
         sample_games,
     )
+    from twinrun.core.agent_eval.runs import run_checkpoints
     from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
     from twinrun.models import resolve_model
 
-    if not checkpoint and not base_url:
-        raise TwinrunError("--checkpoint: none given (fix: --checkpoint DIR, repeatable, or --base-url + --model)")
+    if not checkpoint and not base_url and not run:
+        raise TwinrunError("--checkpoint: none given (fix: --checkpoint DIR, repeatable, --run DIR, or --base-url "
+                           "+ --model)")
     if base_url and not model:
         raise TwinrunError("--model: missing with --base-url (fix: the model name the endpoint serves)")
     if label and len(label) != len(checkpoint) + (1 if base_url else 0):
@@ -83,6 +100,7 @@ def eval_agent(
         settings = AgentEvalSettings(
             passes=passes, variations=variations, seed=seed, split=split, tasks=task or None, temperature=temperature,
             max_rounds=max_rounds, max_tokens=max_tokens, thinking=thinking, skill_top_k=top_k, n_boot=n_boot,
+            pinned=pinned, **({"literal_copies": literal} if literal else {}),
         )
     except Exception as e:  # pydantic: one line naming the field
         err = getattr(e, "errors", lambda: [{"loc": ("?",), "msg": str(e), "input": None}])()[0]
@@ -92,17 +110,23 @@ def eval_agent(
         import torch
 
         torch.set_num_threads(max(1, threads))
-    models: list[tuple[str, str, object]] = []  # (label, checkpoint id, generate)
+    models: list[tuple[str, str, object, str | None, str | None]] = []  # (label, checkpoint, generate, method, stage)
     cache_path = cache_dir(cache)
     for i, ck in enumerate(checkpoint):
         path = resolve_model(ck, cache_path)
         if not Path(path).is_dir():
             raise TwinrunError(f"--checkpoint: {ck!r} is not a model folder (fix: an HF checkpoint directory)")
-        models.append((label[i] if label else _label(ck), path, hf_generator(path, settings)))
+        name = label[i] if label else _label(ck)
+        models.append((name, path, hf_generator(path, settings), name if run else None, "base" if run else None))
     if base_url:
         key = os.environ.get(api_key_env, "EMPTY")
-        models.append((label[-1] if label else _label(model or "endpoint"), f"{base_url}#{model}",
-                       openai_generator(base_url, model or "", settings, api_key=key)))
+        name = label[-1] if label else _label(model or "endpoint")
+        models.append((name, f"{base_url}#{model}", openai_generator(base_url, model or "", settings, api_key=key),
+                       name if run else None, "endpoint" if run else None))
+    for folder in run:
+        for ck in run_checkpoints(folder):
+            name = _label(str(folder)) + "-" + ck.stage.replace(" ", "")
+            models.append((name, str(ck.path), hf_generator(str(ck.path), settings), ck.method, ck.stage))
     if len({m[0] for m in models}) != len(models):
         raise TwinrunError(f"--label: arm names {[m[0] for m in models]} collide (fix: pass --label per checkpoint)")
 
@@ -111,25 +135,35 @@ def eval_agent(
         repos.append((d.name or "skills", str(d.resolve()), _load_skills(d, top_k)))
 
     arms: list[EvalArm] = []
-    for mi, (name, ck, gen) in enumerate(models):
+    for mi, (name, ck, gen, method, stage) in enumerate(models):
         fp = checkpoint_fingerprint(ck)
+        base = mi == 0 and len(models) > 1
         if not repos:
             arms.append(EvalArm(name=name, checkpoint=ck, generate=gen, compare_group="models", checkpoint_hash=fp,
                                 role="baseline" if mi == 0 else "checkpoint",
-                                run=None if mi == 0 else "models", checkpoint_step=None if mi == 0 else mi))
+                                run=None if mi == 0 else "models", checkpoint_step=None if mi == 0 else mi,
+                                method=method, stage=stage, base=base))
             continue
         arms.append(EvalArm(name=f"{name}", checkpoint=ck, generate=gen, skill_condition="without",
-                            compare_group=name, role="baseline", checkpoint_hash=fp))
+                            compare_group=name, role="baseline", checkpoint_hash=fp, method=method, stage=stage,
+                            base=base))
         for ri, (rname, src, repo) in enumerate(repos):
             arms.append(EvalArm(name=f"{name}+{rname}", checkpoint=ck, generate=gen, skill_condition="with",
                                 skills=repo, skills_source=src, compare_group=name, role="checkpoint",
-                                run=f"with-skill:{name}", checkpoint_step=ri, checkpoint_hash=fp))
+                                run=f"with-skill:{name}", checkpoint_step=ri, checkpoint_hash=fp, method=method,
+                                stage=f"{stage} + {rname}" if stage else None, base=base))
 
     catalog = ScienceWorldCatalog(settings.split, tasks=settings.tasks)
     try:
-        games = sample_games(catalog.games(), settings.variations, settings.seed)
+        if settings.pinned:
+            games, what = pinned_games(catalog, settings)
+        else:
+            games = sample_games(catalog.games(), settings.variations, settings.seed)
+            what = (f"{len(games)} {settings.split} variations drawn with seed {settings.seed} (not the pinned "
+                    "list)")
     finally:
         catalog.close()
+    typer.echo(f"variations: {what}", err=True)
     env = SciWorldEnv(gold_path=False)
     prov = {"seed": settings.seed, "executor_settings_hash": settings.settings_hash()}
     try:
@@ -137,9 +171,11 @@ def eval_agent(
                                  progress=lambda m: typer.echo(m, err=True))
     finally:
         env.shutdown()
+    summary["variations"] = what
     if as_json:
         print_json(summary)
     else:
+        typer.echo(f"variations: {what}")
         typer.echo(summary["table"])
         for g in summary["compare_groups"]:
             base = next(a.name for a in arms if a.compare_group == g and a.role == "baseline")
