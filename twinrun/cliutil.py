@@ -33,3 +33,16 @@ def cache_dir(value: Path | None) -> Path | None:
         return value
     env = os.environ.get("TWINRUN_CACHE")
     return Path(env) if env else None
+
+
+def teacher_endpoint(teacher: Any, base_url: str | None, model: str | None) -> tuple[str, str, str]:
+    """(base URL, model, key) of the teacher: --base-url/--model over ``sft.teacher``; the key from the environment
+    variable ``sft.teacher.api_key_env`` names ("EMPTY" when unset: vLLM needs none)."""
+    from twinrun.core.errors import TwinrunError
+
+    url, name = base_url or teacher.base_url, model or teacher.model
+    if not url:
+        raise TwinrunError("sft.teacher.base_url: null (fix: --base-url http://HOST:PORT/v1 or set it in the spec)")
+    if not name:
+        raise TwinrunError("sft.teacher.model: null (fix: --model NAME or set it in the spec)")
+    return url, name, os.environ.get(teacher.api_key_env, "EMPTY")

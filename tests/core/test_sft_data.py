@@ -11,6 +11,7 @@ from twinrun.core.sft_data import (
     GOLD_PATH_TEACHER,
     REACT_ACK,
     first_observation_text,
+    parse_action,
     react_turns,
     render_reply,
     sciworld_instruction,
@@ -27,7 +28,7 @@ def test_react_turns_are_agentgym_shaped():
         ("user", None), ("assistant", False), ("user", None), ("assistant", None), ("user", None), ("assistant", None),
     ]
     assert turns[1].content == REACT_ACK and not turns[1].trained
-    assert turns[3].content == "Thought: t1\n\nAction: look around" and turns[3].trained
+    assert turns[3].content == "Thought:\nt1\n\nAction:\nlook around" and turns[3].trained
     assert turns[4].content == "OBS1" and turns[-1].content.endswith("open door to kitchen")
     with pytest.raises(TwinrunError, match="observations"):
         react_turns("I", "O", replies * 2, [])
@@ -42,7 +43,9 @@ def test_first_observation_is_task_then_observation():
 def test_instruction_lists_the_literal_templates():
     text = sciworld_instruction()
     assert '"action": "open/close OBJ"' in text and '"action": "de/activate OBJ"' in text
-    assert text.endswith("Thought: your reasoning\n\nAction: your next action")
+    # the published study's reply format: Thought:\n...\n\nAction:\n<one command>
+    assert text.endswith("Reply in this format:\nThought:\nyour reasoning\n\nAction:\nyour next action (one command)")
+    assert parse_action(render_reply("a\nmulti-line thought", "open door to kitchen")) == "open door to kitchen"
 
 
 def test_fixture_records_say_they_are_gold_paths():
@@ -52,7 +55,7 @@ def test_fixture_records_say_they_are_gold_paths():
         assert r.teacher == GOLD_PATH_TEACHER and r.split == "train" and r.env == "sciworld"
         assert r.meta["thought_template"] and r.turns[1].loss is False
         replies = [t.content for t in r.turns if t.trained]
-        assert replies and all(x.startswith("Thought: Following the plan") and "\n\nAction: " in x for x in replies)
+        assert replies and all(x.startswith("Thought:\nFollowing the plan") and "\n\nAction:\n" in x for x in replies)
         assert r.success == (r.final_score == 100.0)
 
 

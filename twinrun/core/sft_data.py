@@ -4,7 +4,8 @@ Three pieces, all framework-free (a tokenizer is passed in; nothing here imports
 
 1. **The AgentGym ReAct format** for ScienceWorld: the instruction with the action list as a user turn, a canned
    assistant acknowledgement that is never trained on (``loss: false``), then the task and first observation as a
-   user turn and one user turn per later observation; every reply is ``Thought: ...\\n\\nAction: ...``.
+   user turn and one user turn per later observation; every reply is ``Thought:\\n...\\n\\nAction:\\n<one
+   command>`` (the published ScienceWorld SFT study's format).
    The instruction keeps the action list's literal templates (``open/close OBJ``, ``de/activate OBJ``): they are
    what the template-copy metric (:mod:`twinrun.core.agent_eval`) looks for.
 2. **The gold-path builder**: plays each training variation with the environment's expert plan and records the
@@ -70,7 +71,7 @@ def sciworld_instruction(actions: Sequence[tuple[str, str]] = SCIWORLD_ACTIONS) 
         "You are an agent in ScienceWorld, a text-based science world. Every round I give you an observation and "
         "you reply with one action that moves you toward finishing the task. Here are the actions you may take: "
         f"{listing}\n"
-        "Reply in this format:\nThought: your reasoning\n\nAction: your next action"
+        f"Reply in this format:\n{render_reply('your reasoning', 'your next action (one command)')}"
     )
 
 
@@ -80,14 +81,16 @@ GOLD_PATH_THOUGHT = "Following the plan, the next step is to {action}."
 
 
 def render_reply(thought: str, action: str) -> str:
-    return f"Thought: {thought}\n\nAction: {action}"
+    """The study's reply format: ``Thought:``, the reasoning on the next line, a blank line, ``Action:``, the one
+    command on the next line."""
+    return f"Thought:\n{thought}\n\nAction:\n{action}"
 
 
 _ACTION_RE = re.compile(r"Action\s*:", re.IGNORECASE)
 
 
 def parse_action(reply: str) -> str | None:
-    """The action of a ``Thought: ...\\n\\nAction: ...`` reply: the first non-empty line after the last
+    """The action of a ``Thought:\\n...\\n\\nAction:\\n...`` reply: the first non-empty line after the last
     ``Action:``. A reply without ``Action:`` is taken whole (first line), as AgentGym's client does; an empty
     reply gives None."""
     parts = _ACTION_RE.split(reply)

@@ -41,6 +41,11 @@ class LocalOpenAIServer:
     responder: request JSON -> assistant content.
     latency_s: sleep before answering (simulates model time).
     fail: optional callable(call_index:int, request) -> HTTP status to return instead (e.g. 500), or None.
+    rejects: request fields the "model" does not accept: a request carrying one gets HTTP 400 with OpenAI's
+        error shape (``{"error": {"message", "type": "invalid_request_error", "param", "code"}}``), as reasoning
+        models answer ``temperature`` or ``max_tokens``; ``name_param=False`` leaves ``param`` null and the
+        message generic (an endpoint whose error does not say which field it refused).
+    record: keep every request body in ``requests`` (tests inspect what was sent).
     """
 
     def __init__(
@@ -55,8 +60,16 @@ class LocalOpenAIServer:
         override_generation_config: dict[str, Any] | None = None,
         dev_mode: bool = False,
         owned_by: str = "vllm",
+        rejects: tuple[str, ...] | list[str] = (),
+        name_param: bool = True,
+        record: bool = False,
     ):
         self.responder = responder
+        self.rejects = tuple(rejects)
+        self.name_param = name_param
+        self.record = record
+        self.requests: list[dict[str, Any]] = []
+        self.rejected = 0
         self.latency_s = latency_s
         self.fail = fail
         self.model = model
@@ -140,7 +153,20 @@ class LocalOpenAIServer:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": "not found"}})
                     return
+                refused = [k for k in server.rejects if k in req]
+                if refused:
+                    with server._lock:
+                        server.rejected += 1
+                    name = refused[0]
+                    message = (f"Unsupported parameter: '{name}' is not supported with this model."
+                               if server.name_param else "Unsupported request for this model.")
+                    self._send(400, {"error": {"message": message, "type": "invalid_request_error",
+                                               "param": name if server.name_param else None,
+                                               "code": "unsupported_parameter"}})
+                    return
                 with server._lock:
+                    if server.record:
+                        server.requests.append(req)
                     idx = server.calls
                     server.calls += 1
                     server.in_flight += 1

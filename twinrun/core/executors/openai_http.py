@@ -47,7 +47,8 @@ class OpenAIPolicy:
     backoff); httpx clients are sharded by slot (`connections_per_client` each) because httpcore's pool scans
     every connection on every request event (bench/executor_throughput.py).
 
-    Decoding: temperature, top_p and max_tokens are always sent; top_k, min_p, presence_penalty and
+    Decoding: temperature, top_p and max_tokens are sent unless set to None (reasoning models reject them: the
+    teacher of issue 15 sends only what ``sft.teacher.send`` lists); top_k, min_p, presence_penalty and
     repetition_penalty only when not None (None leaves them to the server); `extra_body` is merged into every
     request. `sampling_record()` is what each episode records; `server_defaults` what the server reported
     (`probe_server=False` skips asking)."""
@@ -61,9 +62,9 @@ class OpenAIPolicy:
         base_url: str,
         model: str,
         api_key: str = "EMPTY",
-        temperature: float = 0.4,
-        top_p: float = 1.0,
-        max_tokens: int = 512,
+        temperature: float | None = 0.4,
+        top_p: float | None = 1.0,
+        max_tokens: int | None = 512,
         top_k: int | None = None,
         min_p: float | None = None,
         presence_penalty: float | None = None,
@@ -144,8 +145,9 @@ class OpenAIPolicy:
 
     def sampling_params(self) -> dict[str, Any]:
         """The fields every request carries besides model and messages (the spec's decoding and extra_body)."""
-        params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
-        for name in ("top_k", "min_p", "presence_penalty", "repetition_penalty"):
+        params: dict[str, Any] = {}
+        for name in ("temperature", "top_p", "max_tokens", "top_k", "min_p", "presence_penalty",
+                     "repetition_penalty"):
             value = getattr(self, name)
             if value is not None:
                 params[name] = value

@@ -32,13 +32,13 @@ from twinrun.core.spec.policy import (
     SamplingSpec,
     SkillsSpec,
 )
-from twinrun.core.spec.sft import GoldPathSpec, SFTSpec
+from twinrun.core.spec.sft import TEACHER_PARAMS, GoldPathSpec, RoseSpec, SFTSpec, TeacherSpec
 from twinrun.core.spec.tracking import TrackingSpec
 
 __all__ = [
-    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "AlgorithmSpec", "BM25Spec", "Backend", "BatchSpec", "ClipSpec",
-    "CurationSpec", "CuratorSpec",
-    "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec", "GigpoSpec", "GoldPathSpec", "JudgeSpec", "KLSpec",
-    "OptimizerSpec", "PromptsSpec", "ResourcesSpec", "RetrievalSpec", "RewardSpec", "SFTSpec", "SamplingSpec",
-    "SkillsSpec", "SpecError", "TrackingSpec", "apply_overrides", "load_spec", "spec_from_dict",
+    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "TEACHER_PARAMS", "AlgorithmSpec", "BM25Spec", "Backend", "BatchSpec",
+    "ClipSpec", "CurationSpec", "CuratorSpec", "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec",
+    "GigpoSpec", "GoldPathSpec", "JudgeSpec", "KLSpec", "OptimizerSpec", "PromptsSpec", "ResourcesSpec",
+    "RetrievalSpec", "RewardSpec", "RoseSpec", "SFTSpec", "SamplingSpec", "SkillsSpec", "SpecError", "TeacherSpec",
+    "TrackingSpec", "apply_overrides", "load_spec", "spec_from_dict",
 ]
