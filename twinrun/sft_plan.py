@@ -90,7 +90,8 @@ def _check_schedule(spec: ExperimentSpec, backend: str) -> None:
 
 def _trl_bf16(spec: ExperimentSpec) -> bool:
     # bf16 on CPU is either refused or ~15x slower (frameworks-on-cpu.md): CPU runs are fp32 in both
-    return spec.resources.gpus_per_node > 0 and spec.curator.precision == "bf16"
+    precision = spec.sft.precision or spec.curator.precision
+    return spec.resources.gpus_per_node > 0 and precision == "bf16"
 
 
 def trl_sft_config(spec: ExperimentSpec, sched: SFTSchedule, output_dir: str) -> dict[str, Any]:
@@ -318,6 +319,7 @@ class SFTPlan:
     truncated: int = 0
     dropped_no_loss: int = 0
     data_sha256: str | None = None  # of the trajectory file: the runs of both backends name the same data
+    dropped_unsuccessful: int = 0  # episodes left out by sft.only_successful
 
     def divergent_knobs(self) -> list[str]:
         """Knobs whose neutral value differs between the backends (plan refuses these)."""
@@ -338,7 +340,18 @@ class SFTPlan:
             "truncated": self.truncated,
             "dropped_no_loss": self.dropped_no_loss,
             "data_sha256": self.data_sha256,
+            "dropped_unsuccessful": self.dropped_unsuccessful,
         }
+
+
+def plan_without_data(spec: ExperimentSpec, episodes: int, *, output_dir: str = "<out>/trl") -> SFTPlan:
+    """The knob table and step schedule for ``episodes`` training sequences, before any data exists (e.g. the
+    study's 2,059 teacher episodes): the per-step sequence counts both backends realise, no token counts."""
+    if episodes < 1:
+        raise TwinrunError(f"--episodes: {episodes} (fix: the number of training sequences, e.g. 2059)")
+    sched = sft_schedule(spec, episodes)
+    return SFTPlan(schedule=sched, knobs=sft_knobs(spec, sched),
+                   native={"trl": trl_sft_config(spec, sched, output_dir), "verl": verl_sft_overrides(spec, sched)})
 
 
 def build_plan(spec: ExperimentSpec, dataset: Any, *, output_dir: str = "<out>/trl") -> SFTPlan:
@@ -368,6 +381,8 @@ def render_plan(plan: SFTPlan) -> str:
         f"{s.steps_per_epoch} steps/epoch, {s.total_steps} steps, warmup {s.warmup_steps}, "
         f"{s.dropped_per_epoch} sequence(s)/epoch not in a full batch; {plan.truncated} truncated to max_length, "
         f"{plan.dropped_no_loss} dropped (no trained token left)"
+        + (f", {plan.dropped_unsuccessful} unsuccessful episode(s) left out (sft.only_successful)"
+           if plan.dropped_unsuccessful else "")
     )
     t = Table(title="knobs (neutral -> native)")
     t.add_column("knob")
@@ -379,6 +394,12 @@ def render_plan(plan: SFTPlan) -> str:
         t.add_row(name, *(per[b].setting + (f" [{per[b].divergence}]" if per[b].divergence else "")
                           for b in SFT_BACKENDS), same)
     console.print(t)
+    if not plan.steps:
+        shape = plan.knobs["schedule"]["trl"].value
+        console.print(f"per step: {s.batch_size} sequences in both backends ({s.micro_batch_size} per forward), "
+                      f"{s.total_steps} steps; lr warms up over {s.warmup_steps} steps, then {shape} to 0 (token "
+                      "counts need the data: --data FILE)")
+        return console.export_text()
     st = Table(title="per-step tokens (identical for trl and verl: same sequences, same order)")
     for c in ("step", "epoch", "sequences", "tokens", "trained tokens", "trl padded tokens", "lr"):
         st.add_column(c, justify="right")
@@ -407,7 +428,8 @@ def sft_data_path(spec: ExperimentSpec) -> Any:
 
     if spec.sft.data is None:
         raise TwinrunError(
-            "sft.data: null (fix: build the gold-path set with `twinrun sft-data SPEC --out FILE` and set sft.data)"
+            "sft.data: null (fix: build a set with `twinrun sft-data SPEC --out FILE` and pass --data FILE; "
+            "`--plan --episodes N` plans without data)"
         )
     p = Path(spec.sft.data)
     return p if p.is_absolute() else spec.source_dir / p
@@ -427,9 +449,17 @@ def prepare_sft(spec: ExperimentSpec, *, cache_dir: Any = None, output_dir: str 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     data = sft_data_path(spec)
     records = load_trajectories(data)
+    total = len(records)
+    if spec.sft.only_successful:
+        kept = [r for r in records if r.success]
+        if not kept:
+            raise TwinrunError(f"sft.only_successful: none of the {len(records)} episodes in {data} is a verified "
+                               "success (fix: turn the filter off, or more data)")
+        records = kept
     dataset = build_sft_dataset(records, tokenizer, max_length=spec.sft.max_length, seed=spec.seed)
     plan = build_plan(spec, dataset, output_dir=output_dir)
     plan.data_sha256 = hashlib.sha256(data.read_bytes()).hexdigest()[:16]
+    plan.dropped_unsuccessful = total - len(records)
     return PreparedSFT(spec, model_path, tokenizer, dataset, plan)
 
 
@@ -476,3 +506,22 @@ def export_hf_checkpoint(src: Any, dst: Any, tokenizer: Any) -> Any:
                 shutil.copy2(f, tmp / f.name)
         tokenizer.save_pretrained(tmp)
     return dst
+
+
+def carry_optimizer_state(current: dict[str, Any], previous: dict[str, Any], *, where: str = "optimizer") -> dict:
+    """An optimizer state dict that continues ``previous`` (the last round's AdamW: moments ``exp_avg`` /
+    ``exp_avg_sq`` and per-parameter ``step`` counts) under ``current``'s hyperparameters (the param groups of the
+    optimizer just built: this round's learning rate, schedule bookkeeping and weight decay; a plain
+    ``load_state_dict(previous)`` would also restore the last round's final, decayed learning rate).
+
+    Both are ``torch.optim.Optimizer.state_dict()`` results; parameters match by position, so the model and the
+    grouping must be the same (checked: one-line error naming the mismatch)."""
+    cur_groups, prev_groups = current["param_groups"], previous["param_groups"]
+    if [len(g["params"]) for g in cur_groups] != [len(g["params"]) for g in prev_groups]:
+        raise TwinrunError(
+            f"{where}: the previous round's optimizer has parameter groups of sizes "
+            f"{[len(g['params']) for g in prev_groups]}, this round's {[len(g['params']) for g in cur_groups]} "
+            "(fix: the same model and sft settings in every round)"
+        )
+    groups = [{**cur, "params": list(prev["params"])} for cur, prev in zip(cur_groups, prev_groups, strict=True)]
+    return {"state": previous["state"], "param_groups": groups}

@@ -146,3 +146,48 @@ def test_cli_plan_prints_the_table(model_dir, tmp_path):
     res = CliRunner().invoke(app, ["sft", str(SPEC), "--data", str(GOLD), "--backend", "trl", "--cache",
                                    str(Path(model_dir).parent)])
     assert isinstance(res.exception, TwinrunError) and "--out: missing" in str(res.exception)
+
+
+STUDY = REPO / "experiments" / "sft-sciworld-qwen3-1.7b.yaml"
+
+
+def test_the_study_recipe_plans_192_equal_steps_before_the_data_exists():
+    """Issue 15 item 5: 2,059 episodes, batch 32 -> 64 steps per epoch (11 sequences outside a full batch),
+    3 epochs = 192 steps, 10% warmup = 20 steps, lr 1e-5, weight decay 0, fp32, max length 8,192, both backends."""
+    from twinrun.sft_plan import plan_without_data, render_plan
+
+    plan = plan_without_data(load_spec(STUDY, []), 2059)
+    s = plan.schedule
+    assert (s.steps_per_epoch, s.total_steps, s.warmup_steps, s.dropped_per_epoch) == (64, 192, 20, 11)
+    assert plan.divergent_knobs() == []
+    trl, verl = plan.native["trl"], plan.native["verl"]
+    assert (trl["max_steps"], trl["learning_rate"], trl["weight_decay"], trl["warmup_steps"]) == (192, 1e-5, 0.0, 20)
+    assert trl["per_device_train_batch_size"] * trl["gradient_accumulation_steps"] == 32 and not trl["bf16"]
+    assert trl["lr_scheduler_type"] == "cosine" and trl["save_strategy"] == "epoch" and trl["max_length"] == 8192
+    assert (verl["trainer.total_training_steps"], verl["data.train_batch_size"], verl["optim.lr_warmup_steps"]) == (
+        192, 32, 20)
+    assert verl["optim.lr"] == 1e-5 and verl["optim.weight_decay"] == 0.0 and verl["engine.dtype"] == "float32"
+    assert verl["trainer.save_freq"] == "after_each_epoch" and verl["data.max_length"] == 8192
+    assert "64 steps/epoch, 192 steps, warmup 20" in render_plan(plan)
+
+
+def test_cli_plan_without_data_needs_the_episode_count():
+    from typer.testing import CliRunner
+
+    from twinrun.cli import app
+
+    res = CliRunner().invoke(app, ["sft", str(STUDY), "--plan", "--episodes", "2059"])
+    assert res.exit_code == 0, res.output
+    assert "192 steps" in res.output and "32 sequences in both backends" in res.output
+
+
+@pytest.mark.trl
+def test_only_successful_keeps_verified_successes(model_dir):
+    from twinrun.sft_plan import prepare_sft
+
+    spec = spec_with("sft.only_successful=true")
+    prepared = prepare_sft(spec, cache_dir=Path(model_dir).parent)
+    assert sorted(prepared.dataset.ids) == ["sciworld/find-non-living-thing/133/gold-path",
+                                            "sciworld/find-non-living-thing/56/gold-path"]
+    assert prepared.plan.dropped_unsuccessful == 2
+    assert prepare_sft(spec_with(), cache_dir=Path(model_dir).parent).plan.dropped_unsuccessful == 0

@@ -1,7 +1,10 @@
 """`twinrun sft SPEC --backend trl|verl --out DIR [--plan]`: trajectory SFT of one spec under one framework.
 
 ``--plan`` prints the knob table (neutral knob -> each framework's setting) and the per-step token counts both
-frameworks will realise, and trains nothing; it exits 2 when a knob cannot be made equal. Training writes
+frameworks will realise, and trains nothing; it exits 2 when a knob cannot be made equal. Without data,
+``--plan --episodes N`` shows the schedule for N training sequences (e.g. the study's 2,059 teacher episodes:
+64 steps per epoch, 192 steps over 3 epochs). ``--only-successful`` trains on verified successes only
+(``sft.only_successful``; off by default: the ScienceWorld study trains on every teacher episode). Training writes
 ``DIR/spec.yaml``, ``DIR/plan.json``, ``DIR/metrics.jsonl`` (one neutral row per optimizer step) and
 ``DIR/checkpoints/step-NNNNNN/`` (HF format, one per epoch).
 """
@@ -33,6 +36,8 @@ def sft(
     data: Path | None = typer.Option(None, "--data", help="trajectory file (overrides sft.data)"),
     resume: bool = typer.Option(False, "--resume", help="continue a run in --out"),
     as_json: bool = typer.Option(False, "--json", help="with --plan: print the plan as JSON"),
+    episodes: int | None = typer.Option(None, "--episodes", help="with --plan and no data: training sequences"),
+    only_successful: bool = typer.Option(False, "--only-successful", help="train on verified successes only"),
     sets: list[str] = SetOption,
     cache: Path | None = CacheOption,
 ) -> None:
@@ -40,20 +45,25 @@ def sft(
     import importlib
 
     from twinrun.backends.registry import check_dependencies
-    from twinrun.sft_plan import SFT_BACKENDS, prepare_sft, render_plan
+    from twinrun.sft_plan import SFT_BACKENDS, plan_without_data, prepare_sft, render_plan
 
     if data is not None:
         sets = [*sets, f"sft.data={data.resolve()}"]
+    if only_successful:
+        sets = [*sets, "sft.only_successful=true"]
     spec = spec_from_cli(spec_path, sets)
     cache_path = cache_dir(cache)
     if plan:
-        check_dependencies("trl")  # tokenizing needs transformers
-        prepared = prepare_sft(spec, cache_dir=cache_path)
-        if as_json:
-            print_json(prepared.plan.to_json())
+        if spec.sft.data is None and episodes is not None:
+            the_plan = plan_without_data(spec, episodes)
         else:
-            typer.echo(render_plan(prepared.plan))
-        bad = prepared.plan.divergent_knobs()
+            check_dependencies("trl")  # tokenizing needs transformers
+            the_plan = prepare_sft(spec, cache_dir=cache_path).plan
+        if as_json:
+            print_json(the_plan.to_json())
+        else:
+            typer.echo(render_plan(the_plan))
+        bad = the_plan.divergent_knobs()
         if bad:
             raise TwinrunError(f"sft plan: knobs differ between trl and verl: {', '.join(bad)} (fix: see the table)")
         return
