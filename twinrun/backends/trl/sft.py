@@ -21,13 +21,24 @@ from typing import Any
 
 from twinrun.core.records import JsonlWriter, provenance, read_jsonl
 from twinrun.core.sft_data import SFTStepMetrics
-from twinrun.sft_plan import VERL_SAMPLER_SEED, PreparedSFT, export_hf_checkpoint, prepare_sft, start_run_dir
+from twinrun.sft_plan import (
+    VERL_SAMPLER_SEED,
+    PreparedSFT,
+    carry_optimizer_state,
+    export_hf_checkpoint,
+    prepare_sft,
+    start_run_dir,
+)
 
 
 def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: str | Path | None = None,
-              prepared: PreparedSFT | None = None) -> dict[str, Any]:
+              prepared: PreparedSFT | None = None, optimizer_from: str | Path | None = None) -> dict[str, Any]:
     """Fine-tune ``spec.sft.model`` (or the curator model) on ``spec.sft.data``; write ``out``'s metrics.jsonl and
-    ``checkpoints/step-NNNNNN/`` (one per epoch, HF format). Returns a summary dict."""
+    ``checkpoints/step-NNNNNN/`` (one per epoch, HF format). Returns a summary dict whose ``optimizer_state`` is
+    the framework checkpoint holding the last AdamW state.
+
+    ``optimizer_from``: a previous run's ``optimizer_state`` (ROSE's last round): AdamW starts from its moments
+    and step counts (:func:`twinrun.sft_plan.carry_optimizer_state`) instead of from zero."""
     import torch
     import transformers
     import trl
@@ -74,6 +85,16 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
             data = train_dataset if train_dataset is not None else self.train_dataset
             return DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=VERL_SAMPLER_SEED,
                                       drop_last=True)
+
+        def create_optimizer(self, model: Any = None) -> Any:
+            fresh = self.optimizer is None
+            opt = super().create_optimizer(model)
+            if fresh and optimizer_from is not None:
+                # the previous round's AdamW state; a resumed run of this round then loads its own on top
+                previous = torch.load(Path(optimizer_from) / "optimizer.pt", map_location="cpu", weights_only=True)
+                opt.load_state_dict(carry_optimizer_state(opt.state_dict(), previous,
+                                                          where=f"optimizer_from {optimizer_from}"))
+            return opt
 
     grad_accum = plan.schedule.batch_size // plan.schedule.micro_batch_size
     steps_per_epoch = plan.schedule.steps_per_epoch
@@ -124,7 +145,9 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
     )
     last = _last_trl_checkpoint(work) if resume else None
     trainer.train(resume_from_checkpoint=str(last) if last else None)
+    final = _last_trl_checkpoint(work)
     return {
+        "optimizer_state": str(final) if final else None,
         "backend": "trl",
         "framework_version": trl.__version__,
         "transformers_version": transformers.__version__,

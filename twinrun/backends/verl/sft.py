@@ -90,8 +90,11 @@ def _overrides(native: dict[str, Any], extra: dict[str, Any]) -> list[str]:
 
 
 def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: str | Path | None = None,
-              prepared: PreparedSFT | None = None, timeout_s: float | None = None) -> dict[str, Any]:
-    """Fine-tune under verl; same outputs as the TRL backend (metrics.jsonl, checkpoints/step-NNNNNN)."""
+              prepared: PreparedSFT | None = None, timeout_s: float | None = None,
+              optimizer_from: str | Path | None = None) -> dict[str, Any]:
+    """Fine-tune under verl; same outputs as the TRL backend (metrics.jsonl, checkpoints/step-NNNNNN,
+    ``optimizer_state``: the last ``global_step_N`` folder). ``optimizer_from``: a previous run's
+    ``optimizer_state`` whose AdamW moments and step counts this run continues (ROSE)."""
     out = Path(out)
     work = out / "verl"
     prepared = prepared or prepare_sft(spec, cache_dir=cache_dir)
@@ -128,7 +131,8 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
     }
     overrides = _overrides(plan.native["verl"], extra)
     job = work / "job.json"
-    atomic_write_json(job, {"overrides": overrides})
+    atomic_write_json(job, {"overrides": overrides,
+                            "optimizer_from": str(optimizer_from) if optimizer_from is not None else None})
 
     env = dict(os.environ)
     env.update({
@@ -159,7 +163,9 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
             export_hf_checkpoint(ck / "huggingface", paths.checkpoint(step), prepared.tokenizer)
     import verl
 
+    steps = sorted((work / "checkpoints").glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
     return {
+        "optimizer_state": str(steps[-1]) if steps else None,
         "backend": "verl",
         "framework_version": verl.__version__,
         "steps": plan.schedule.total_steps,
@@ -243,9 +249,28 @@ def _worker(job_path: str) -> None:
     if get_device_name() == "cuda" and torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     try:
-        sft_trainer.SFTTrainer(config=config).fit()
+        trainer = sft_trainer.SFTTrainer(config=config)
+        if job.get("optimizer_from") and trainer.resume_global_step == 0:
+            _carry_optimizer(trainer.engine, job["optimizer_from"])
+        trainer.fit()
     finally:
         dist.destroy_process_group()
+
+
+def _carry_optimizer(engine: Any, previous_dir: str) -> None:
+    """Continue the previous run's AdamW state (moments, step counts) under this run's hyperparameters; the file
+    is the one verl's FSDP checkpoint manager writes for this rank (``optim_world_size_W_rank_R.pt``)."""
+    import torch
+
+    from twinrun.sft_plan import carry_optimizer_state
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    path = Path(previous_dir) / f"optim_world_size_{world}_rank_{rank}.pt"
+    if not path.is_file():
+        raise TwinrunError(f"optimizer_from: {path} is missing (fix: the previous round's verl checkpoint folder)")
+    previous = torch.load(path, map_location="cpu", weights_only=False)
+    opt = engine.optimizer
+    opt.load_state_dict(carry_optimizer_state(opt.state_dict(), previous, where=f"optimizer_from {previous_dir}"))
 
 
 if __name__ == "__main__":
