@@ -36,8 +36,12 @@ def test_teacher_continues_the_students_episode_and_only_its_replies_carry_loss(
     finally:
         env.shutdown()
     teacher = ScriptedSciWorldTeacher(gold, copy_share=0.0, seed=1)
-    student = hf_generator(resolve_model("tiny-qwen3", cache_dir),
-                           AgentEvalSettings(max_tokens=8, thinking=False, temperature=0.4))
+    tiny = resolve_model("tiny-qwen3", cache_dir)
+    hf = hf_generator(tiny, AgentEvalSettings(max_tokens=8, thinking=False, temperature=0.4))
+
+    def student(messages, seed):  # an untrained student can emit a stray "</think>" (seen in a real round 2)
+        return "stray</think>" + hf(messages, seed)
+
     out = tmp_path / "round-01.jsonl"
     loop = BackgroundLoop(name="test-rose")
     env = SciWorldEnv(gold_path=False)
@@ -60,6 +64,14 @@ def test_teacher_continues_the_students_episode_and_only_its_replies_carry_loss(
     replies = [t for t in rec.turns if t.role == "assistant"][1:]  # after the canned acknowledgement
     assert [t.loss for t in replies] == [False, False, None, None, None]
     assert rec.meta["student_turns"] == 2 and rec.meta["teacher_turns"] == 3 and rec.teacher == "scripted"
+    # the stray "</think>" is gone (Qwen3's template would split the reply there) and the record tokenizes
+    assert all("</think>" not in t.content for t in replies)
+    from transformers import AutoTokenizer
+
+    from twinrun.core.sft_data import build_sft_dataset
+
+    (ex,) = build_sft_dataset([rec], AutoTokenizer.from_pretrained(tiny), max_length=4096, seed=0).examples
+    assert ex.trained_tokens > 0
     # the teacher's first request holds the student's two replies: it continues the student's own state
     assert len(requests) == 3
     first = requests[0]["messages"]

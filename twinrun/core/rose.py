@@ -6,7 +6,9 @@ episode's record keeps the whole conversation, with loss on the teacher's replie
 context, ``loss: false``). The round's variations are a seeded draw from the training split (seed = hash of the
 spec seed and the round), the sampling seed of a reply is ``hash(spec seed, round, game) + reply index``.
 
-An episode the simulator ends inside the student's prefix has no teacher reply: it is written (``teacher_turns:
+Both sides' replies are their visible text (a ``<think>`` block, or anything up to a stray ``</think>``, is
+dropped: Qwen3's chat template would split a reply there). An episode the simulator ends inside the student's
+prefix has no teacher reply: it is written (``teacher_turns:
 0``) and carries no loss, so SFT drops it; an unmeasured episode (endpoint or simulator failure) is listed, not
 written, and played again when the round is resumed. Nothing here knows which framework trains the student.
 """
@@ -21,7 +23,7 @@ from typing import Any
 
 from twinrun.core.agent_eval.episode import GenerateFn, Segment, episode_trajectory, play_stitched_episode
 from twinrun.core.agent_eval.protocol import episode_seed, sample_games
-from twinrun.core.teacher import episode_counts, finished_ids
+from twinrun.core.teacher import episode_counts, finished_ids, visible_reply
 
 STUDENT, TEACHER = "student", "teacher"
 
@@ -61,13 +63,19 @@ def collect_round(env: Any, games: Sequence[Any], out_path: str | Path, *, stude
     done = finished_ids(out)
     report = RoundReport()
     t0 = time.monotonic()
+
+    def student_visible(messages: list[dict[str, Any]], seed: int) -> str:
+        # the student's visible reply, as the teacher's: a stray "</think>" in an untrained student's output would
+        # make Qwen3's chat template split the reply (and the SFT renderer refuse the record)
+        return visible_reply(student(messages, seed))
+
     with JsonlWriter(out) as writer:
         for n, game in enumerate(games, 1):
             rid = rose_record_id(game, round_index)
             if rid in done:
                 report.skipped_existing += 1
                 continue
-            segments = [Segment(STUDENT, student, student_turns), Segment(TEACHER, teacher, teacher_turns)]
+            segments = [Segment(STUDENT, student_visible, student_turns), Segment(TEACHER, teacher, teacher_turns)]
             res = play_stitched_episode(env, game, segments, instruction=instruction,
                                         seed=episode_seed(seed, round_index, game.game_id))
             if res.outcome == "unmeasured":
