@@ -330,3 +330,36 @@ def test_cli_eval_agent_with_and_without_skills(tmp_path):
     assert all(r["provenance"]["checkpoint_hash"] for r in rows)
     traj = list(read_jsonl(out / "trajectories.jsonl"))
     assert len(traj) == 4 and all(t["turns"][1]["loss"] is False for t in traj)
+
+
+@pytest.mark.sciworld
+@pytest.mark.slow
+def test_skill_free_transfer_pairs_the_trained_model_without_skills_with_the_base_model_with_skills(sciworld,
+                                                                                                    tmp_path):
+    """SkillGym's comparison (issue 15 item 8): the base model (the first model, ``base``) with skills against the
+    trained model without them, paired over the same variations and seeds. Known truth on the real simulator:
+    the base policy copies a template whatever its skills say (fails), the trained policy follows the gold path
+    (succeeds), so the transfer difference is +1 success per variation; no other pair is labelled transfer."""
+    from twinrun.core.agent_eval import EvalArm, run_agent_eval
+    from twinrun.core.skills import SkillRepo, parse_skill_md
+
+    env, games = sciworld
+    repo = SkillRepo([parse_skill_md(
+        "---\nname: find-things\ndescription: Find a non-living thing and move it to the box.\n---\n"
+        "# Steps\n1. Focus on a non-living thing.\n2. Move it to the box.\n"
+    )])
+    arms = [
+        EvalArm(name="base", checkpoint="scripted-copier", generate=_template_policy, skill_condition="without",
+                compare_group="base", role="baseline", base=True),
+        EvalArm(name="base+skills", checkpoint="scripted-copier", generate=_template_policy, skill_condition="with",
+                skills=repo, skills_source="inline", compare_group="base", base=True),
+        EvalArm(name="trained", checkpoint="scripted-gold", generate=_gold_policy(env), skill_condition="without",
+                compare_group="trained", role="baseline"),
+    ]
+    settings = AgentEvalSettings(passes=1, variations=1, max_rounds=30, n_boot=200)
+    summary = run_agent_eval(env, games[:1], arms, settings, tmp_path)
+    transfer = [c for c in summary["comparisons"] if c["kind"] == "transfer"]
+    assert [(c["a"], c["b"]) for c in transfer] == [("trained", "base+skills")]
+    assert transfer[0]["success"]["diff"] == 1.0 and transfer[0]["success"]["n_pairs"] == 1
+    assert transfer[0]["avg_at_1"]["diff"] > 0.0
+    assert [(c["a"], c["b"]) for c in summary["comparisons"] if c["kind"] == "skills"] == [("base+skills", "base")]
