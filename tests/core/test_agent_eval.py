@@ -3,6 +3,7 @@ metric on hand-written turns, and the episode loop / run on the real ScienceWorl
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -319,17 +320,21 @@ def test_cli_eval_agent_with_and_without_skills(tmp_path):
     )
     out = tmp_path / "eval"
     args = ["eval-agent", "--checkpoint", "tiny-qwen3", "--cache", str(tmp_path / "models"), "--label", "tiny",
-            "--task", "find-non-living-thing", "--passes", "2", "--variations", "1", "--max-rounds", "2",
+            "--checkpoint", "tiny-qwen3", "--label", "trained", "--task", "find-non-living-thing", "--passes", "2", "--variations", "1", "--max-rounds", "2",
             "--max-tokens", "8", "--n-boot", "200", "--skills", str(tmp_path / "skills"), "--out", str(out)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "agent evaluation (mean ± std over passes)" in res.output and "tiny+skills" in res.output
     assert f"twinrun compare {out / 'compare' / 'tiny'} --baseline tiny" in res.output
     rows = list(read_jsonl(out / "episodes.jsonl"))
-    assert len(rows) == 4 and {r["skill_condition"] for r in rows} == {"with", "without"}
+    assert len(rows) == 8 and {r["skill_condition"] for r in rows} == {"with", "without"}
     assert all(r["provenance"]["checkpoint_hash"] for r in rows)
     traj = list(read_jsonl(out / "trajectories.jsonl"))
-    assert len(traj) == 4 and all(t["turns"][1]["loss"] is False for t in traj)
+    assert len(traj) == 8 and all(t["turns"][1]["loss"] is False for t in traj)
+    # the first --checkpoint is the base of the skill-free transfer comparison (issue 15 item 8)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(c["a"], c["b"]) for c in summary["comparisons"] if c["kind"] == "transfer"] == [("trained",
+                                                                                              "tiny+skills")]
 
 
 @pytest.mark.sciworld
