@@ -51,7 +51,7 @@ VERDICT = '{"VALID": true, "reason": "actionable"}'
 
 def openai_sets(url: str, *extra: str) -> list[str]:
     return ["executor.kind=openai", f"executor.base_url={url}", "executor.model=m", "executor.max_turns=2",
-            "executor.max_tokens=128", *extra]
+            "executor.max_tokens=128", "curation.correctness=ground_truth", *extra]  # the self-judge is #12's test
 
 
 @pytest.fixture(scope="module")
@@ -254,6 +254,7 @@ def spec_file(tmp_path: Path, url: str) -> tuple[Path, dict[str, int]]:
     data["executor"] = {"kind": "openai", "base_url": url, "model": "m", "max_turns": 2, "max_tokens": 128}
     data["judge"] = {"kind": "openai", "base_url": url, "model": JUDGE_MODEL}
     data["retrieval"] = {"top_k": 5, "bm25": {}}
+    data.setdefault("curation", {})["correctness"] = "ground_truth"  # no self-judge requests mixed into the server's log
     for key, value in NEW_FIELDS.items():
         section, *rest = key.split(".")
         node = data[section]
