@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from twinrun.backends import registry
-from twinrun.backends.compiled import COUNT_NAMES, CompiledBackend
+from twinrun.backends.compiled import COUNT_NAMES, CompiledBackend, context_value
 from twinrun.core.spec import ExperimentSpec
 
 
@@ -29,6 +29,7 @@ class KnobRow:
 def neutral_values(spec: ExperimentSpec) -> dict[str, Any]:
     b, o, a = spec.batch, spec.optimizer, spec.algorithm
     return {
+        "context": context_value(spec),
         "rollouts_per_group": b.rollouts_per_group,
         "groups_per_step": b.groups_per_step,
         "minibatches": b.minibatches,
@@ -77,6 +78,7 @@ def _anchor_text(spec: ExperimentSpec) -> str:
 def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
     """Differences that no knob removes (advantage-semantics.md §9.2), stated for this spec."""
     both = {b: "(framework)" for b in backends}
+    per_position = spec.curator.context == "per_position"
     rows = [
         KnobRow(
             "advantage_math", f"core {spec.algorithm.estimator}, eps={spec.algorithm.eps}",
@@ -98,16 +100,29 @@ def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
             "which curator decisions share a step baseline" + ("" if spec.algorithm.estimator == "gigpo"
                                                                  else "; unused: estimator is not gigpo"),
         ),
-        KnobRow(
-            "sample_unit", "one sequence per curation rollout",
-            {"trl": "environment_factory tool loop", "verl": "curator agent loop"}, "equal",
-            "both train one sequence per rollout whose context accumulates every turn and tool result",
-        ),
-        KnobRow(
-            "completion_overflow", spec.curator.max_completion_tokens,
-            {"trl": "drops the overflowing tool result and stops", "verl": "truncates the response"}, "divergent",
-            "the frameworks end an over-long rollout differently; core still plays every position (finish())",
-        ),
+    ]
+    if per_position:
+        rows.append(KnobRow(
+            "sample_unit", f"one row per (rollout, position): {spec.environment.group_size} per rollout",
+            {"trl": "rollout_func, num_generations = N x |G|", "verl": "agent loop returns a list (TransferQueue)"},
+            "equal", "both train the prompt core renders for each position (its input and a window of "
+            f"{spec.curator.history} earlier turns) and one curator turn; the loss weighs positions, not rollouts",
+        ))
+    else:
+        rows.extend([
+            KnobRow(
+                "sample_unit", "one sequence per curation rollout",
+                {"trl": "environment_factory tool loop", "verl": "curator agent loop"}, "equal",
+                "both train one sequence per rollout whose context accumulates every turn and tool result",
+            ),
+            KnobRow(
+                "completion_overflow", spec.curator.max_completion_tokens,
+                {"trl": "drops the overflowing tool result and stops", "verl": "truncates the response"},
+                "divergent",
+                "the frameworks end an over-long rollout differently; core still plays every position (finish())",
+            ),
+        ])
+    rows += [
         KnobRow(
             "log_ratio_clamp", None, {"trl": "none", "verl": "clamp(logp-old, -20, 20)"}, "divergent",
             "verl clamps the log-ratio before exp; matters only for extreme off-policy tokens",

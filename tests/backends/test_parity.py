@@ -28,7 +28,7 @@ WEIGHT_TOL = 1e-2  # see the module docstring: the fp32 + AdamW floor is ~2e-3 o
 
 @pytest.fixture(scope="module")
 def smoke(smoke_spec_path):
-    return load_spec(smoke_spec_path)
+    return load_spec(smoke_spec_path, ["curator.context=accumulated"])
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,13 @@ from twinrun.testing.tracker_files import (TEST_PROJECT, check_tracker_matches_m
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld]
 
+# this file trains the accumulated shape (one sequence per rollout); per_position: test_*_per_position.py
+ACCUMULATED = ["curator.context=accumulated"]
+
 
 @pytest.fixture(scope="module")
 def smoke(repo_root):
-    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml")
+    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ACCUMULATED)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +111,7 @@ def test_run_folder_is_never_overwritten(smoke, smoke_run, cache_dir, alfworld_d
     out, _ = smoke_run
     with pytest.raises(TwinrunError, match="not empty"):
         train(smoke, out, resume=False, cache_dir=cache_dir, data_root=alfworld_data)
-    changed = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ["optimizer.lr=2e-5"])
+    changed = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED + ["optimizer.lr=2e-5"])
     with pytest.raises(TwinrunError, match="different spec"):
         train(changed, out, resume=True, cache_dir=cache_dir, data_root=alfworld_data)
 
@@ -155,7 +158,7 @@ def test_trl_preset_reproduces_trls_group_scaled_advantages(smoke, cache_dir, al
     from twinrun.backends.trl.train import train
     from twinrun.core.advantages import PRESETS
 
-    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml",
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED +
                      ["algorithm.scale=group", "steps=1", "checkpoint_every=1"])
     train(spec, tmp_path / "run", cache_dir=cache_dir, data_root=alfworld_data, estimator=PRESETS["trl"].config)
     (batch,) = _batches(tmp_path / "run")
@@ -170,7 +173,7 @@ def test_gigpo_trains_with_per_token_advantages(smoke, cache_dir, alfworld_data,
     from twinrun.core.advantages import estimator_config
     from twinrun.core.anchors import anchor_stats, step_rows
 
-    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml",
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED +
                      ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1", "batch.rollouts_per_group=4"])
     summary = train(spec, tmp_path / "run", cache_dir=cache_dir, data_root=alfworld_data)
     assert summary["checkpoints"] == [1]
@@ -194,7 +197,7 @@ def test_a_step_with_too_many_missing_turns_stops_before_its_update(smoke, cache
     from twinrun.backends.trl.train import train
     from twinrun.core.step_health import MissingTurnsError
 
-    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", [
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED + [
         "steps=1", "checkpoint_every=1", "batch.groups_per_step=1", "environment.group_size=2",
         "curator.max_completion_tokens=96", "curator.max_missing_turn_share=0.4"])
     out = tmp_path / "run"
@@ -218,7 +221,7 @@ def test_the_update_follows_cores_advantages(smoke, cache_dir, alfworld_data, tm
     from twinrun.backends.trl.train import train
     from twinrun.warmstart import resolve_curator_model
 
-    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml",
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED +
                      ["steps=1", "checkpoint_every=1", "optimizer.weight_decay=0.0", "batch.groups_per_step=1",
                       "batch.rollouts_per_group=4"])
     init = AutoModelForCausalLM.from_pretrained(

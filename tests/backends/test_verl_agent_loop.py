@@ -53,7 +53,7 @@ def setup(repo_root, alfworld_data, tmp_path_factory):
     from twinrun.core.records import RunPaths
     from twinrun.models import build_tiny_qwen3
 
-    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["environment.workers=1"])
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["environment.workers=1", "curator.context=accumulated"])
     model = build_tiny_qwen3(tmp_path_factory.mktemp("models"))
     paths = RunPaths(tmp_path_factory.mktemp("run"))
     paths.spec.write_text(yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False))

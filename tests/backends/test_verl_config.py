@@ -51,7 +51,8 @@ def test_smoke_arm_composes_and_validates_as_launched(repo_root, tmp_path):
     assert cfg.algorithm.adv_estimator == "twinrun_grpo" and cfg.algorithm.twinrun.scale == "none"
     # the per-step counts verl will realise are plan's
     assert cfg.data.train_batch_size * r.rollout.n == compiled.counts["curation_trajectories"]
-    assert r.rollout.response_length == spec.curator.max_completion_tokens
+    assert r.rollout.response_length == spec.curator.training_completion_tokens  # per_position: one turn
+    assert cfg.trainer.v1.trainer_mode == "twinrun_rows" and cfg.trainer.twinrun_rows_per_rollout == spec.environment.group_size
     assert r.rollout.prompt_length == spec.curator.max_prompt_tokens
     assert r.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
 

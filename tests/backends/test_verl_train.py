@@ -24,10 +24,13 @@ from twinrun.testing.tracker_files import (TEST_PROJECT, check_tracker_matches_m
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld]
 
+# this file trains the accumulated shape (one sequence per rollout); per_position: test_*_per_position.py
+ACCUMULATED = ["curator.context=accumulated"]
+
 
 @pytest.fixture(scope="module")
 def smoke(repo_root):
-    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml")
+    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ACCUMULATED)
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +175,7 @@ def test_gigpo_trains_and_reports_its_anchor_groups(smoke, cache_dir, tmp_path):
     from twinrun.core.advantages import estimator_config
     from twinrun.core.anchors import anchor_stats, step_rows
 
-    spec = load_spec(smoke.source_dir / "smoke-cpu.yaml",
+    spec = load_spec(smoke.source_dir / "smoke-cpu.yaml", ACCUMULATED +
                      ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1", "batch.rollouts_per_group=4"])
     train(spec, tmp_path / "run", resume=False, cache_dir=cache_dir)
     (row,) = read_jsonl(RunPaths(tmp_path / "run").metrics)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +27,14 @@ def test_paper_arm_counts_are_equal_and_every_knob_has_a_status():
     assert plan["counts_equal"]
     trl, verl = plan["backends"]["trl"]["counts"], plan["backends"]["verl"]["counts"]
     assert trl == verl
-    # 32 task groups x 8 rollouts; |G| = 10 executor episodes per rollout; one update per step
+    # 32 task groups x 8 rollouts; |G| = 10 executor episodes per rollout; per_position (the paper's curator):
+    # one training row per (rollout, position), all 2,560 in the one update per step
     assert trl == {
         "curation_trajectories": 256,
         "executor_episodes": 2560,
+        "training_rows": 2560,
         "optimizer_updates": 1,
-        "sequences_per_update": 256,
+        "sequences_per_update": 2560,
         "training_steps": 60,
     }
     for row in plan["knobs"]:
@@ -44,8 +47,10 @@ def test_trl_pins_the_defaults_that_bit_the_earlier_reproduction():
     cfg = build_plan(load_spec(PAPER))["backends"]["trl"]["config"]
     assert cfg["loss_type"] == "dapo"  # pinned explicitly, not left to TRL's default
     assert cfg["lr_scheduler_type"] == "constant"  # TRL's default is linear decay
-    assert cfg["steps_per_generation"] == 16 and cfg["gradient_accumulation_steps"] == 16
-    assert cfg["per_device_train_batch_size"] * 16 * cfg["steps_per_generation"] == 256
+    # per_position: 2,560 rows (256 rollouts x 10 positions) per step, num_generations = 8 x 10 slots per group
+    assert cfg["steps_per_generation"] == 160 and cfg["gradient_accumulation_steps"] == 160
+    assert cfg["per_device_train_batch_size"] * 16 * cfg["steps_per_generation"] == 2560
+    assert cfg["num_generations"] == 80
     assert cfg["delta"] == 3.0 and cfg["epsilon"] == 0.2 and cfg["epsilon_high"] == 0.2
     assert "generation_batch_size" not in cfg  # TRL refuses both; steps_per_generation is the one pinned
     verl = build_plan(load_spec(PAPER))["backends"]["verl"]["config"]
@@ -105,9 +110,40 @@ def test_plan_imports_no_framework():
     assert out.stdout.strip() == "[]", out.stderr
 
 
-@pytest.mark.parametrize("micro", [3])
-def test_micro_batch_that_does_not_divide_is_refused(micro):
+@pytest.mark.parametrize("context,micro,unit", [("accumulated", 3, "4 rollouts"),
+                                                ("per_position", 5, "12 rows (one per rollout and position)")])
+def test_micro_batch_that_does_not_divide_is_refused(context, micro, unit):
     from twinrun.core.errors import TwinrunError
 
-    with pytest.raises(TwinrunError, match="batch.micro_batch_per_device: 3 x 1 device"):
-        build_plan(load_spec(SMOKE, [f"batch.micro_batch_per_device={micro}"]))
+    with pytest.raises(TwinrunError, match=rf"batch.micro_batch_per_device: {micro} x 1 device.*the {re.escape(unit)}"):
+        build_plan(load_spec(SMOKE, [f"batch.micro_batch_per_device={micro}", f"curator.context={context}"]))
+
+
+@pytest.mark.parametrize("context,rows,per_update,cap", [
+    ("per_position", 2560, 2560, 4096),  # one row per (rollout, position); a row's completion is one turn
+    ("accumulated", 256, 256, 32768),  # one sequence per rollout; the whole multi-turn completion is capped
+])
+def test_plan_shows_the_context_shape_rows_and_cap_equal_across_backends(context, rows, per_update, cap):
+    plan = build_plan(load_spec(PAPER, [f"curator.context={context}"]))
+    assert plan["counts_equal"]
+    for b in ("trl", "verl"):
+        counts = plan["backends"][b]["counts"]
+        assert counts["training_rows"] == rows and counts["sequences_per_update"] == per_update
+        assert counts["curation_trajectories"] == 256 and counts["optimizer_updates"] == 1
+    knobs = {r["name"]: r for r in plan["knobs"]}
+    assert knobs["context"]["status"] == "equal"
+    assert knobs["context"]["neutral"] == ("per_position, history 0" if context == "per_position" else "accumulated")
+    assert plan["backends"]["trl"]["config"]["max_completion_length"] == cap
+    assert plan["backends"]["verl"]["config"]["data.max_response_length"] == cap
+    assert knobs["sample_unit"]["neutral"].startswith("one row per" if context == "per_position" else "one sequence")
+
+
+def test_paper_arm_is_per_position_with_no_history_and_history_needs_per_position():
+    from twinrun.core.spec import SpecError
+
+    c = load_spec(PAPER).curator
+    assert (c.context, c.history) == ("per_position", 0)
+    with pytest.raises(SpecError, match="curator.history: 2 has no meaning with context=accumulated"):
+        load_spec(PAPER, ["curator.context=accumulated", "curator.history=2"])
+    with pytest.raises(SpecError, match="curator.context"):
+        load_spec(PAPER, ["curator.context=markov"])

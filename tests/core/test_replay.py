@@ -26,7 +26,7 @@ def _row(step, g, i, reward, *, seq=True, valid=True):
 
 @pytest.fixture
 def spec(smoke_spec_path):
-    return load_spec(smoke_spec_path)  # 2 groups x 2 rollouts per step
+    return load_spec(smoke_spec_path, ["curator.context=accumulated"])  # 2 groups x 2 rollouts per step
 
 
 def _write(path, rows):

@@ -337,3 +337,51 @@ def test_cli_sweep_then_compare_writes_the_report(tmp_path: Path, smoke_spec_pat
     bad = runner.invoke(app, ["sweep", str(run_dir), "--spec", str(smoke_spec_path), "--out", str(out),
                               "--curator", "oracle"])
     assert bad.exit_code != 0
+
+
+def test_sweep_prompts_with_the_runs_history_window_and_restores_it_on_resume(
+        tmp_path: Path, smoke_spec_path: Path, run_dir: Path, alfworld_data: Path) -> None:
+    """per_position with curator.history=2: game i's curator sees the arm's last two (input, turn) pairs; a rerun
+    that resumes after game 1 hands game 2 the same window (read back from the rows)."""
+    seen: list[list[tuple[str, str]]] = []
+
+    def recording_curator(arm: sw.ArmPlan, spec: object) -> sw.CuratorPolicy:
+        base = inserting_curator(arm, spec)
+
+        def policy(curator_input: str, history=()) -> str:
+            seen.append([(h.curator_input, h.turn) for h in history])
+            return base(curator_input)
+
+        return policy
+
+    spec = load_spec(smoke_spec_path, FAST_EXECUTOR + ["curator.history=2"])
+    assert sw.eval_history(spec) == 2
+    out = tmp_path / "sweep"
+    sw.sweep(spec, {"trl": run_dir}, out, data_root=alfworld_data, n_games=4, workers=0,
+             policy_factory=recording_curator, progress=False, arms=["trl@2"])
+    rows = read_rows(out / "arms" / "trl@2.jsonl")
+    pairs = [(r["curator_input"], r["curator_turn"]) for r in rows]
+    assert all(a and b for a, b in pairs)
+    assert seen == [[], pairs[:1], pairs[:2], pairs[1:3]]
+
+    # resume after game 1: the window of game 2 comes from the recorded rows
+    (out / "arms" / "trl@2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    seen.clear()
+    sw.sweep(spec, {"trl": run_dir}, out, data_root=alfworld_data, n_games=4, workers=0,
+             policy_factory=recording_curator, progress=False, arms=["trl@2"])
+    assert seen[0] == pairs[:2]
+
+    # history 0 (the paper): the policy is called with the input alone and rows keep no turn text
+    assert sw.eval_history(load_spec(smoke_spec_path)) == 0
+    assert sw.eval_history(load_spec(smoke_spec_path, ["curator.context=accumulated"])) == 0
+
+
+def test_sweep_refuses_a_run_trained_in_another_shape(tmp_path: Path, smoke_spec_path: Path, run_dir: Path) -> None:
+    run = tmp_path / "acc-run"
+    checkpoint_folder(run / "checkpoints" / "step-000002")
+    (run / "spec.yaml").write_text(smoke_spec_path.read_text().replace(
+        "  precision: fp32\n", "  precision: fp32\n  context: accumulated\n", 1))
+    spec = load_spec(smoke_spec_path)
+    with pytest.raises(sw.SweepError, match=r"trained with curator.context=accumulated, history=0.*fix: --set "
+                                            r"curator.context=accumulated"):
+        sw.plan_sweep(spec, {"acc": run}, tmp_path / "sweep", games=[], split="valid_seen", executor_settings_hash="x")

@@ -15,8 +15,9 @@ from twinrun.core.errors import TwinrunError
 COUNT_NAMES = (
     "curation_trajectories",  # curation rollouts (GRPO samples) per training step
     "executor_episodes",  # executor episodes per training step (positions x rollouts, less shared position 1)
+    "training_rows",  # training sequences per step: one per rollout (accumulated) or per (rollout, position)
     "optimizer_updates",  # optimizer steps per training step
-    "sequences_per_update",  # curation rollouts in one optimizer update
+    "sequences_per_update",  # training rows in one optimizer update
     "training_steps",  # training steps (generation rounds) in the whole run
 )
 
@@ -72,6 +73,12 @@ def executor_episodes(spec: Any, trajectories: int, groups: int) -> int:
         per_group = trajectories // max(groups, 1)
         episodes -= groups * (per_group - 1)
     return episodes
+
+
+def context_value(spec: Any) -> str:
+    """The neutral value of the ``context`` knob: the shape and, for per_position, the history window."""
+    c = spec.curator
+    return f"per_position, history {c.history}" if c.context == "per_position" else "accumulated"
 
 
 def world_size(spec: Any) -> int:

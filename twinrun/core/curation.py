@@ -40,6 +40,7 @@ from twinrun.core.anchors import anchor_key, estimator_anchor, input_hash
 from twinrun.core.envs import EnvPool, GameCatalog, GameRef, make_catalog, make_pool
 from twinrun.core.errors import TwinrunError
 from twinrun.core.executors import BackgroundLoop, Executor, make_executor
+from twinrun.core.context_shape import input_digest
 from twinrun.core.react import Episode, PromptTemplate
 from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, JudgeRecord, Provenance, SequenceTokens
 from twinrun.core.rewards import PositionResult, RewardBreakdown, TokenCounter, composite_reward, whitespace_tokens
@@ -152,6 +153,7 @@ class PositionRecord(BaseModel):
     correctness: str | None = None  # the correctness signal the curator read here (part of position_outcome)
     input_hash: str | None = None  # sha256[:16] of chi_i (the exact_input anchor), to re-key a run offline
     curator_input: str | None = None  # chi_i itself, kept only under anchor_match: similarity
+    input_digest: str | None = None  # sha256[:16] of the curator input chi_i (context_shape.input_digest)
     curator_input_tokens: int | None = None
     repo_tokens: int | None = None
     repo_size: int = 0  # skills after this turn's ops
@@ -686,6 +688,7 @@ class CurationSession:
                 input_hash=p.input_hash or None,
                 curator_input=p.curator_input if self.runtime.anchor_match == "similarity" else None,
                 curator_input_tokens=p.input_tokens,
+                input_digest=input_digest(p.curator_input) if p.curator_input else None,
                 repo_tokens=p.repo_tokens, repo_size=p.repo_size,
                 ops=[OpRecord(function=r.function, skill_name=r.skill_name if isinstance(r.skill_name, str) else None,
                               ok=r.ok, error=r.error) for r in p.op_results],

@@ -378,6 +378,11 @@ class RunPaths:
         return self.root / "episodes.jsonl"
 
     @property
+    def rows(self) -> Path:
+        """rows.jsonl: every trained row (core.training_rows.TrainingRowRecord)."""
+        return self.root / "rows.jsonl"
+
+    @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 

@@ -54,12 +54,22 @@ class ReplayStep:
         return [r.group_id for r in self.rows]
 
 
+def check_replayable(spec: Any) -> None:
+    """`twinrun parity` replays one accumulated sequence per rollout; a per_position spec is refused (one line)."""
+    if spec.curator.context != "accumulated":
+        raise TwinrunError(
+            f"curator.context: {spec.curator.context!r} is not replayed by `twinrun parity` (it replays one "
+            "accumulated sequence per rollout; fix: --set curator.context=accumulated)"
+        )
+
+
 def load_replay(path: str | Path, spec: Any, *, steps: int | None = None) -> list[ReplayStep]:
     """The first ``steps`` recorded training steps of ``path`` (a run's rollouts.jsonl) as replay batches.
 
     ``spec`` (ExperimentSpec) must describe the recorded batch shape (groups per step x rollouts per group);
     its ``algorithm`` gives the advantages. Raises TwinrunError (one line: file, field, fix) when the file
     cannot drive a replay: no token ids recorded, a different batch shape, too few steps."""
+    check_replayable(spec)
     p = Path(path)
     if not p.is_file():
         raise TwinrunError(f"--rollouts: {p} does not exist (fix: a training run's rollouts.jsonl)")

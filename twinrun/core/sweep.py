@@ -22,8 +22,14 @@ arm's complete rows (a torn last line from kill -9 is dropped), rebuilds its rep
 in order, and continues with the next game: no row is lost or written twice.
 
 **Curator policy**: a callable ``policy(curator_input: str) -> curator_turn: str``. The default generates with the
-checkpoint (transformers, the training chat template and the ``curate`` tool); any backend's generation can be
-plugged in through ``policy_factory``.
+checkpoint (transformers, the ``curate`` tool, core's per_position messages tokenised as training tokenises them);
+any backend's generation can be plugged in through ``policy_factory``.
+
+**Context shape**: a checkpoint is evaluated in the shape its run trained in. per_position with
+``curator.history: k > 0`` calls ``policy(curator_input, history)`` with the arm's last k (input, turn) pairs
+(:func:`eval_history`; recorded in the rows so a resumed arm restores its window); k = 0 is the paper's Markov
+curator. An accumulated run is evaluated per game (DIVERGENCES D1). A run whose spec.yaml trained another shape
+than the sweep's spec is refused.
 """
 
 from __future__ import annotations
@@ -101,6 +107,10 @@ class EvalRecord(EpisodeRecord):
     run_spec_hash: str | None = None  # the spec the run was trained with (provenance.spec_hash: the sweep's)
     run_seed: int | None = None  # the seed the run was trained with (provenance.seed: the sweep's)
     executor: str | None = None  # the sweep's executor by name (`sweep --executor`, or executor.model / kind)
+    # curator.history > 0 (per_position): this game's curator input and turn text, the window of later games
+    # (recorded so a resumed arm restores its window)
+    curator_input: str | None = None
+    curator_turn: str | None = None
     provenance: Provenance
 
 
@@ -276,6 +286,31 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text).strip("-")[:40] or "executor"
 
 
+def _check_run_shape(run_dir: Path, spec: Any) -> None:
+    """The sweep evaluates in its spec's context shape: a run trained in another shape is refused."""
+    paths = RunPaths(run_dir)
+    if not paths.spec.exists():
+        return
+    import yaml
+
+    from twinrun.core.spec import CuratorSpec
+
+    try:  # only the curator section is read: the run's prompt files need not resolve from here
+        cur = (yaml.safe_load(paths.spec.read_text()) or {}).get("curator") or {}
+    except (yaml.YAMLError, AttributeError):
+        return
+    fields = CuratorSpec.model_fields
+    context = cur.get("context", fields["context"].default)
+    history = int(cur.get("history", fields["history"].default) or 0)
+    want = spec.curator
+    if (context, history) != (want.context, want.history):
+        raise SweepError(
+            f"RUN_DIR: {str(run_dir)!r} trained with curator.context={context}, history={history}; the sweep's "
+            f"spec says {want.context}, history={want.history} (fix: --set curator.context={context} "
+            f"curator.history={history}, so the checkpoint is evaluated in the shape it trained in)"
+        )
+
+
 def parse_run_dirs(run_dirs: Sequence[str | Path]) -> dict[str, Path]:
     """``NAME=PATH`` or ``PATH`` (name: the folder's name) -> {name: path}; names are unique."""
     out: dict[str, Path] = {}
@@ -359,6 +394,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
                 "point at the run folder that holds checkpoints/)"
             )
         backend, run_spec, run_seed = _run_identity(run_dir)
+        _check_run_shape(run_dir, spec)
         want = reps.get(run, ())
         for step, path in ckpts:
             known = have.get(arm_name(run, step))
@@ -397,8 +433,9 @@ class HFCuratorPolicy:
 
     def __init__(self, model_dir: str | Path, *, system_prompt: str, tools: list[dict[str, Any]], temperature: float,
                  top_p: float, top_k: int | None, max_new_tokens: int, seed: int,
-                 tokenizer_dir: str | Path | None = None, device: str = "cpu"):
+                 tokenizer_dir: str | Path | None = None, device: str = "cpu", max_prompt_tokens: int | None = None):
         self.model_dir = str(model_dir)
+        self.max_prompt_tokens = max_prompt_tokens
         self.tokenizer_dir = str(tokenizer_dir) if tokenizer_dir else None
         self.system_prompt = system_prompt
         self.tools = tools
@@ -434,16 +471,19 @@ class HFCuratorPolicy:
             raise SweepError(f"checkpoint {self.model_dir}: cannot be loaded ({e}; fix: an HF model folder)") from None
         self._model.eval()
 
-    def __call__(self, curator_input: str) -> str:
+    def __call__(self, curator_input: str, history: Sequence[Any] = ()) -> str:
+        """``history``: the arm's last ``curator.history`` (input, turn) pairs (context_shape.HistoryTurn), oldest
+        first; the prompt is core's per_position messages, tokenised as both backends tokenise a training row."""
         import torch
 
+        from twinrun.core.context_shape import fit_history, prompt_token_ids
         from twinrun.core.curation import stable_int
 
         self._load()
-        messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": curator_input}]
-        enc = self._tok.apply_chat_template(messages, tools=self.tools, add_generation_prompt=True,
-                                            return_tensors="pt", return_dict=True)
-        enc = {k: v.to(self.device) for k, v in enc.items()}
+        messages, _ = fit_history(self.system_prompt, curator_input, history, limit=self.max_prompt_tokens,
+                                  measure=lambda m: len(prompt_token_ids(self._tok, m, self.tools)))
+        ids = torch.tensor([prompt_token_ids(self._tok, messages, self.tools)], device=self.device)
+        enc = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         torch.manual_seed(stable_int("curator-turn", self.seed, curator_input) % (2**31))
         kw: dict[str, Any] = {"max_new_tokens": self.max_new_tokens,
                               "pad_token_id": self._tok.pad_token_id or self._tok.eos_token_id}
@@ -477,7 +517,7 @@ def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None =
         arm.checkpoint_path, system_prompt=spec.read_prompt("curator_system").strip(), tools=[CURATE_TOOL],
         temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
         max_new_tokens=spec.curator.max_response_tokens, seed=spec.seed * 1000 + arm.replicate,
-        tokenizer_dir=tok_dir, device=device,
+        tokenizer_dir=tok_dir, device=device, max_prompt_tokens=spec.curator.max_prompt_tokens,
     )
 
 
@@ -546,6 +586,7 @@ def _replay(repo: Any, rows: Sequence[Mapping[str, Any]], arm: str) -> None:
 def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, runtime: Any,
             policy: CuratorPolicy | None, *, on_row: Callable[[str, int], None] | None = None) -> ArmOutcome:
     """Play (or finish) one arm: resume from its complete rows, then stream the remaining games."""
+    from twinrun.core.context_shape import HistoryTurn, history_window
     from twinrun.core.curation import TaskGroup
     from twinrun.core.envs import GameRef
     from twinrun.core.toolcalls import parse_curator_turn
@@ -562,6 +603,9 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
                       executor_settings_hash=plan.executor_settings_hash)
     succ = sum(r["outcome"] == "success" for r in done)
     unm = sum(r["outcome"] == "unmeasured" for r in done)
+    window = eval_history(spec)  # the shape the run trained in: per_position with its history window
+    history = [HistoryTurn(r["curator_input"], r["curator_turn"]) for r in done
+               if r.get("curator_input") and r.get("curator_turn") is not None]
     with JsonlWriter(path) as writer:  # truncates a torn last line before appending
         for i in range(len(done), n):
             game = GameRef.from_dict(plan.games[i])
@@ -571,13 +615,16 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
             size, chars = len(repo), len(repo.text())
             curator_input = session.start()
             ops: list[CuratorOp] = []
-            calls, curator_error = 0, None
+            calls, curator_error, text = 0, None, None
             if arm.role == "checkpoint" and policy is not None:
                 calls = 1
                 try:
-                    turn = parse_curator_turn(policy(curator_input))
+                    text = policy(curator_input, history_window(history, window)) if window else policy(curator_input)
+                    turn = parse_curator_turn(text)
                 except InfrastructureError as e:
                     turn, curator_error = None, str(e)
+                if window and text is not None:
+                    history.append(HistoryTurn(curator_input, text))
                 if turn is not None:
                     session.submit(turn)
                     for op, res in zip(turn.operations, session.last_op_results):
@@ -593,6 +640,8 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
                 games_hash=plan.games_hash, repo_skills=size, repo_chars=chars, curator_calls=calls,
                 curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash, run_seed=arm.run_seed,
                 executor=plan.executor,
+                curator_input=curator_input if window and text is not None else None,
+                curator_turn=text if window else None,
                 provenance=prov.model_copy(update={"time": time.time()}),
             )
             writer.write(row)
@@ -601,6 +650,13 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
             if on_row is not None:
                 on_row(arm.arm, i + 1)
     return ArmOutcome(arm.arm, n, len(done), unm, succ, round(time.perf_counter() - t0, 3))
+
+
+def eval_history(spec: Any) -> int:
+    """The history window a sweep prompts the curator with: the run's ``curator.history`` for per_position
+    (evaluated in the shape it trained in); 0 for accumulated (evaluated per game; DIVERGENCES D1)."""
+    c = spec.curator
+    return int(c.history) if c.context == "per_position" else 0
 
 
 def _jsonable(obj: Any) -> Any:

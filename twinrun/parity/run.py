@@ -18,7 +18,7 @@ from typing import Any
 
 from twinrun.core.errors import TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text
-from twinrun.core.replay import describe, load_replay
+from twinrun.core.replay import check_replayable, describe, load_replay
 from twinrun.parity.weights import update_difference
 
 DEFAULT_TOL = 1e-4
@@ -36,6 +36,7 @@ def record_rollouts(spec: Any, cache_dir: Path | None, root: Path, *, log: Calla
     under ``root`` by spec hash and resumed when interrupted. Returns the rollouts.jsonl path."""
     from twinrun.backends import registry
 
+    check_replayable(spec)
     out = root / f"{spec.name}-{spec.spec_hash()}"
     paths = RunPaths(out)
     done = (out / "checkpoints").is_dir() and _recorded_steps(paths.rollouts) >= min(spec.steps, 3)

@@ -13,6 +13,7 @@ from twinrun.backends.compiled import (
     CompiledBackend,
     KnobSetting,
     apply_native_overrides,
+    context_value,
     executor_episodes,
     world_size,
 )
@@ -36,24 +37,38 @@ def _schedule(spec: ExperimentSpec) -> str:
     return name
 
 
+def rows_per_rollout(spec: ExperimentSpec) -> int:
+    """Training rows one curation rollout becomes: |G| (per_position) or 1 (accumulated)."""
+    return spec.environment.group_size if spec.curator.context == "per_position" else 1
+
+
 def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
     b = spec.batch
     w = world_size(spec)
-    trajectories = b.trajectories
-    per_update = trajectories // b.minibatches
+    per_rollout = rows_per_rollout(spec)
+    rows = b.trajectories * per_rollout  # training rows (sequences) per step
+    per_update = rows // b.minibatches
     denom = b.micro_batch_per_device * w
+    unit = "rows (one per rollout and position)" if per_rollout > 1 else "rollouts"
     if per_update % denom:
         raise TwinrunError(
             f"batch.micro_batch_per_device: {b.micro_batch_per_device} x {w} device(s) does not divide the "
-            f"{per_update} rollouts of one update (fix: choose a divisor of {per_update})"
+            f"{per_update} {unit} of one update (fix: choose a divisor of {per_update})"
+        )
+    if per_rollout > 1 and (rows // w) % per_rollout:
+        raise TwinrunError(
+            f"resources: {w} processes split the {b.trajectories} rollouts of a step unevenly, so a process would "
+            f"hold part of a rollout (fix: groups_per_step x rollouts_per_group divisible by {w})"
         )
     grad_accum = per_update // denom
     updates_per_step = b.minibatches * b.epochs
     on_cpu = spec.resources.gpus_per_node == 0
 
     kwargs: dict[str, Any] = {
-        # --- batch: neutral units -> TRL's generation/accumulation knobs (both pinned, none left to float)
-        "num_generations": b.rollouts_per_group,
+        # --- batch: neutral units -> TRL's generation/accumulation knobs (both pinned, none left to float).
+        # per_position: one dataset row per task group stands for N x |G| slots, slot r*|G|+(p-1) = (rollout r,
+        # position p) (per_position.py); TRL's group statistics are replaced by core's anyway.
+        "num_generations": b.rollouts_per_group * per_rollout,
         "per_device_train_batch_size": b.micro_batch_per_device,
         "gradient_accumulation_steps": grad_accum,
         "steps_per_generation": b.minibatches * grad_accum,
@@ -92,9 +107,9 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "top_k": spec.sampling.top_k or 0,
         "min_p": None,
         "repetition_penalty": 1.0,
-        # --- lengths: one sequence per rollout, tool results (next inputs) count against the completion
-        "max_completion_length": spec.curator.max_completion_tokens,
-        "max_tool_calling_iterations": spec.environment.group_size,
+        # --- lengths. accumulated: one sequence per rollout, tool results (next inputs) count against the
+        # completion; per_position: a row's completion is one curator turn (the per-turn cap)
+        "max_completion_length": spec.curator.training_completion_tokens,
         # --- checkpoints and logging
         "save_strategy": "steps",
         "save_steps": spec.checkpoint_every * updates_per_step,
@@ -109,6 +124,8 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "gradient_checkpointing": False if on_cpu else True,
         "use_vllm": False if on_cpu else True,
     }
+    if per_rollout == 1:
+        kwargs["max_tool_calling_iterations"] = spec.environment.group_size
     if not on_cpu:
         kwargs["vllm_mode"] = "colocate"
     kwargs = apply_native_overrides(kwargs, spec.overrides.get("trl", {}), "trl")
@@ -118,12 +135,14 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
 
 def derive_counts(spec: ExperimentSpec, kw: dict[str, Any], world: int) -> dict[str, int]:
     """Per-step counts from TRL's own knobs (as TRL's GRPOConfig.__post_init__ derives them)."""
-    gen_batch = kw["per_device_train_batch_size"] * world * kw["steps_per_generation"]
+    gen_batch = kw["per_device_train_batch_size"] * world * kw["steps_per_generation"]  # training rows
     updates_per_gen = (kw["steps_per_generation"] // kw["gradient_accumulation_steps"]) * kw["num_iterations"]
     groups = gen_batch // kw["num_generations"]
+    trajectories = gen_batch // rows_per_rollout(spec)
     return {
-        "curation_trajectories": gen_batch,
-        "executor_episodes": executor_episodes(spec, gen_batch, groups),
+        "curation_trajectories": trajectories,
+        "executor_episodes": executor_episodes(spec, trajectories, groups),
+        "training_rows": gen_batch,
         "optimizer_updates": updates_per_gen,
         "sequences_per_update": kw["per_device_train_batch_size"] * world * kw["gradient_accumulation_steps"],
         "training_steps": kw["max_steps"] // max(updates_per_gen, 1),
@@ -133,8 +152,18 @@ def derive_counts(spec: ExperimentSpec, kw: dict[str, Any], world: int) -> dict[
 def _knobs(spec: ExperimentSpec, kw: dict[str, Any]) -> dict[str, KnobSetting]:
     k = KnobSetting
     agg = kw["loss_type"]
+    per_rollout = rows_per_rollout(spec)
+    per_position = per_rollout > 1
     return {
-        "rollouts_per_group": k(f"num_generations={kw['num_generations']}", kw["num_generations"]),
+        "context": k(
+            "rollout_func: one row per (rollout, position)" if per_position
+            else "environment_factory: one tool-loop sequence per rollout",
+            context_value(spec),
+        ),
+        "rollouts_per_group": k(
+            f"num_generations={kw['num_generations']}" + (f" / |G|={per_rollout}" if per_position else ""),
+            kw["num_generations"] // per_rollout,
+        ),
         "groups_per_step": k(
             f"steps_per_generation={kw['steps_per_generation']} x per_device_train_batch_size="
             f"{kw['per_device_train_batch_size']} / num_generations",
@@ -179,11 +208,14 @@ def _knobs(spec: ExperimentSpec, kw: dict[str, Any]) -> dict[str, KnobSetting]:
         "loss_aggregation": k(f"loss_type={agg}", spec.algorithm.loss_aggregation),
         "max_prompt_tokens": k("(no prompt cap in GRPOConfig 1.16; core truncates chi_1)", spec.curator.max_prompt_tokens),
         "max_response_tokens": k(
+            f"max_completion_length={kw['max_completion_length']} (one row = one turn)", kw["max_completion_length"],
+        ) if per_position else k(
             "(no per-turn cap in the TRL tool loop)",
             None,
             "TRL's multi-turn loop caps only the whole completion, not each curator turn",
         ),
-        "max_completion_tokens": k(f"max_completion_length={kw['max_completion_length']}", kw["max_completion_length"]),
+        "max_completion_tokens": k("(unused: a row is one turn)", None) if per_position else k(
+            f"max_completion_length={kw['max_completion_length']}", kw["max_completion_length"]),
         "checkpoint_every": k(f"save_steps={kw['save_steps']} (optimizer steps)", spec.checkpoint_every),
         "seed": k(f"seed={kw['seed']}", kw["seed"]),
     }

@@ -60,7 +60,10 @@ def step_metrics(
     fails = [finite_or_none(x.get("tools/failure_frequency")) for x in trl_logs]
     call_freq = next((c for c in calls if c is not None), None)
     fail_freq = next((f for f in fails if f is not None), None)
-    tool_calls = round(call_freq * len(records)) if call_freq is not None else 0
+    if call_freq is not None:  # TRL's tool loop (accumulated) counts its calls
+        tool_calls = round(call_freq * len(records))
+    else:  # per_position has no TRL tool loop: the calls that reached the sessions (as the verl backend counts)
+        tool_calls = sum(int(p.get("tool_calls", 0)) for r in records for p in r.get("positions", []))
     wall = {k: round(float(v), 6) for k, v in batch_stats.get("wall_s", {}).items()}
     step_time = sum(finite_or_none(x.get("step_time")) or 0.0 for x in trl_logs)
     if step_time:
@@ -138,8 +141,9 @@ def truncate_records(paths: RunPaths, keep_steps: int) -> None:
     n_episodes = sum(int(r["executor_episodes"]) for r in rollouts)
     episodes = list(read_jsonl(paths.episodes))[:n_episodes]
     trl_log = [r for r in read_jsonl(paths.root / TRL_LOG) if int(r.get("step", 0)) <= keep_steps]
+    trained = [r for r in read_jsonl(paths.rows) if int(r["step"]) <= keep_steps]  # 1-based training step
     for path, rows in ((paths.metrics, metrics), (paths.rollouts, rollouts), (paths.episodes, episodes),
-                       (paths.root / TRL_LOG, trl_log)):
+                       (paths.root / TRL_LOG, trl_log), (paths.rows, trained)):
         if path.exists():
             atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in rows))
 
@@ -184,8 +188,9 @@ class RunRecorder:
             self._writers[key] = JsonlWriter(path)
         return self._writers[key]
 
-    def on_batch(self, step: int, records: list[tuple[dict[str, Any], list[dict[str, Any]]]], stats: dict[str, Any]) -> None:
-        """The trainer generated and scored training step ``step`` (1-based)."""
+    def on_batch(self, step: int, records: list[tuple[dict[str, Any], list[dict[str, Any]]]], stats: dict[str, Any],
+                 rows: list[dict[str, Any]] | None = None) -> None:
+        """The trainer generated and scored training step ``step`` (1-based); ``rows``: its trained rows."""
         self._records[step] = [r for r, _ in records]
         self._stats[step] = stats
         if not self.is_main:
@@ -193,6 +198,8 @@ class RunRecorder:
         for rec, eps in records:
             self._writer(self.paths.rollouts).write(rec)
             self._writer(self.paths.episodes).write_many(eps)
+        if rows:
+            self._writer(self.paths.rows).write_many(rows)
         extra = {k: v for k, v in stats.items() if k != "wall_s"}
         # the backend's own diagnostics: TRL's advantages next to core's, prefetch counters
         self._writer(self.paths.root / TRL_LOG).write({"step": step, "kind": "batch", **extra})

@@ -29,12 +29,14 @@ def train(
     data_root: str | Path | None = None,
     log: Any = print,
     estimator: Any = None,
+    keep_row_tokens: bool = False,
 ) -> dict[str, Any]:
     """Train ``spec``'s curator under TRL; write the run folder ``out_dir`` (see :mod:`.records`).
 
     cache_dir: where ``tiny-qwen3`` and its warm start are built (required for that model).
     data_root: the ALFWorld data folder (default: ``$ALFWORLD_DATA``, read here at the backend boundary).
     estimator: an ``EstimatorConfig`` overriding ``spec.algorithm`` (tests use TRL's own preset).
+    keep_row_tokens: write each trained row's token ids and messages into rows.jsonl (tests; large).
     Returns a small summary (steps trained, checkpoints, wall time)."""
     import trl
     import yaml
@@ -141,21 +143,24 @@ def train(
                 src = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 export_checkpoint(src, paths.checkpoint(state.global_step // updates_per_step))
 
-        trainer = TwinrunGRPOTrainer(
-            model=model_path,
-            args=config,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            reward_funcs=[broker.reward_function()],
-            environment_factory=broker.new_environment,
-            callbacks=[RunFolderCallback()],
-            broker=broker,
-            estimator=core_estimator,
-            updates_per_step=updates_per_step,
-            on_batch=recorder.on_batch,
-            max_unmeasured_share=spec.executor.max_unmeasured_share,
-            max_missing_turn_share=spec.curator.max_missing_turn_share,
-        )
+        common = dict(model=model_path, args=config, train_dataset=dataset, processing_class=tokenizer,
+                      callbacks=[RunFolderCallback()], estimator=core_estimator,
+                      updates_per_step=updates_per_step, on_batch=recorder.on_batch,
+                      max_unmeasured_share=spec.executor.max_unmeasured_share,
+                      max_missing_turn_share=spec.curator.max_missing_turn_share)
+        if spec.curator.context == "per_position":
+            from twinrun.backends.trl.per_position import PerPositionGRPOTrainer, composite_reward_function
+
+            trainer = PerPositionGRPOTrainer(
+                **common, reward_funcs=[composite_reward_function()], runtime=runtime,
+                history=spec.curator.history, max_prompt_tokens=spec.curator.max_prompt_tokens,
+                keep_row_tokens=keep_row_tokens,
+            )
+        else:
+            trainer = TwinrunGRPOTrainer(
+                **common, reward_funcs=[broker.reward_function()], environment_factory=broker.new_environment,
+                broker=broker, keep_row_tokens=keep_row_tokens,
+            )
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     wall = time.perf_counter() - t_start
     steps = _checkpoint_steps(paths)

@@ -30,12 +30,14 @@ from trl import GRPOTrainer
 from twinrun.backends.trl.environment import SessionBroker
 from twinrun.backends.trl.token_advantages import model_segments, spread_advantages
 from twinrun.core.advantages import EstimatorConfig, compute_advantages
+from twinrun.core.context_shape import ids_digest, position_messages
 from twinrun.core.curation import CurationResult
 from twinrun.core.errors import TwinrunError
 from twinrun.core.policy_input import segment_positions
 from twinrun.core.records import SequenceTokens
 from twinrun.core.step_health import StepCounts, check_step_health
 from twinrun.core.toolcalls import CURATE_TOOL
+from twinrun.core.training_rows import TrainingRowRecord
 
 
 class DecayEveryParameter:
@@ -57,9 +59,11 @@ class TwinrunGRPOTrainer(DecayEveryParameter, GRPOTrainer):
         on_batch: Callable[[int, list[dict[str, Any]], dict[str, Any]], None] | None = None,
         max_unmeasured_share: float = 1.0,
         max_missing_turn_share: float = 1.0,
+        keep_row_tokens: bool = False,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
+        self.keep_row_tokens = keep_row_tokens
         self.broker = broker
         self.estimator = estimator
         self.updates_per_step = updates_per_step
@@ -90,12 +94,8 @@ class TwinrunGRPOTrainer(DecayEveryParameter, GRPOTrainer):
         t0 = time.perf_counter()
         step = self.state.global_step // self.updates_per_step  # 0-based training step being generated
         offset = self.accelerator.process_index * len(inputs)
+        check_step(inputs, step)
         for i, row in enumerate(inputs):
-            if int(row["step"]) != step:
-                raise TwinrunError(
-                    f"trl: training step {step} was handed task group {row['group_id']} of step {row['step']} "
-                    "(the sampler order drifted; fix: shuffle_dataset=False and an unchanged dataset)"
-                )
             row["rollout_index"] = (offset + i) % self.num_generations
         self.broker.begin_batch(inputs)
         self._last_completions = None
@@ -118,6 +118,7 @@ class TwinrunGRPOTrainer(DecayEveryParameter, GRPOTrainer):
             r.record.sequences = [seq]  # the tokens TRL trains on (rollouts.jsonl; `twinrun parity` replays them)
         records = gather_object([(r.record.model_dump(mode="json"), [e.model_dump(mode="json") for e in r.episodes])
                                  for r in results])
+        rows = gather_object(self._row_records(step + 1, inputs, out))
         if self.on_batch is not None:
             stats = self.broker.stats
             self.on_batch(step + 1, records, {
@@ -128,13 +129,39 @@ class TwinrunGRPOTrainer(DecayEveryParameter, GRPOTrainer):
                 "advantages": {"trl": self.last_trl_advantages.tolist(),
                                "core": adv.tolist() if adv.dim() == 1 else None,
                                "estimator": self.estimator.knobs()},
-            })
+            }, rows=rows)
         # the step gates, on the records of every process, before the update (the run resumes from its last
         # checkpoint once the cause is fixed)
-        check_step_health(StepCounts.from_records([r for r, _ in records]), step=step + 1,
-                          max_unmeasured_share=self.max_unmeasured_share,
-                          max_missing_turn_share=self.max_missing_turn_share)
+        check_health([r for r, _ in records], step + 1, self.max_unmeasured_share, self.max_missing_turn_share)
         return out
+
+    def _row_records(self, step: int, inputs: list[dict[str, Any]], out: dict[str, Any]) -> list[dict[str, Any]]:
+        """rows.jsonl lines: one accumulated row per local rollout, read from the tensors the loss will see."""
+        pid, pmask = out["prompt_ids"].cpu(), out["prompt_mask"].cpu().bool()
+        mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+        mask = mask.cpu().bool()
+        adv = out["advantages"].detach().cpu()
+        rows = []
+        for i, (row, env) in enumerate(zip(inputs, self.environments, strict=True)):
+            prompt = pid[i][pmask[i]].tolist()
+            if adv.dim() == 1:
+                scalar, segments = float(adv[i]), None
+            else:  # GiGPO: one value per curator turn (run of loss-carrying tokens)
+                scalar = None
+                segments = [float(adv[i, s]) for s, _ in model_segments(mask[i:i + 1].numpy())[0]]
+            first = env._session.positions[0].curator_input if env._session is not None else ""
+            rec = TrainingRowRecord(
+                backend="trl", step=step, context="accumulated", group_id=str(row["group_id"]),
+                rollout_index=int(row["rollout_index"]), position=None, prompt_tokens=len(prompt),
+                completion_tokens=int(mask[i].sum()), prompt_digest=ids_digest(prompt), advantage=scalar,
+                segment_advantages=segments,
+                prompt_ids=prompt if self.keep_row_tokens else None,
+                completion_ids=out["completion_ids"][i].cpu().tolist() if self.keep_row_tokens else None,
+                messages=position_messages(self.broker.runtime.curator_system_prompt, first)
+                if self.keep_row_tokens else None,
+            )
+            rows.append(rec.model_dump(mode="json", exclude_none=True))
+        return rows
 
     # -- advantages ------------------------------------------------------------------------------------------
     def _check_groups(self, rows: list[dict[str, Any]]) -> None:
@@ -200,6 +227,23 @@ def batch_sequences(out: dict[str, Any]) -> list[SequenceTokens]:
         loss = [int(t) for t in (tool_mask[i][:n] if tool_mask is not None else [1] * n)]
         rows.append(SequenceTokens(prompt_ids=prompt, completion_ids=completion_ids[i][:n], completion_mask=loss))
     return rows
+
+
+def check_step(inputs: list[dict[str, Any]], step: int) -> None:
+    """Every dataset row TRL handed over belongs to the training step being generated (0-based ``step``)."""
+    for row in inputs:
+        if int(row["step"]) != step:
+            raise TwinrunError(
+                f"trl: training step {step} was handed task group {row['group_id']} of step {row['step']} "
+                "(the sampler order drifted; fix: shuffle_dataset=False and an unchanged dataset)"
+            )
+
+
+def check_health(records: list[dict[str, Any]], step: int, max_unmeasured_share: float,
+                 max_missing_turn_share: float) -> None:
+    """The step gates (core.step_health) on the step's rollouts.jsonl rows of every process, before the update."""
+    check_step_health(StepCounts.from_records(records), step=step, max_unmeasured_share=max_unmeasured_share,
+                      max_missing_turn_share=max_missing_turn_share)
 
 
 def _turn_summary(messages: list[dict[str, Any]]) -> list[str]:

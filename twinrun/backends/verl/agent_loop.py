@@ -1,5 +1,8 @@
 """The curator agent loop: one verl trajectory = one curation rollout over a task group (Algorithm 1).
 
+This docstring describes ``curator.context: accumulated`` (one sequence per rollout); with ``per_position`` the
+loop returns one row per position instead (position_loop.py).
+
 Registered in verl's agent-loop registry as ``twinrun_curator`` (plugin.py). For each dataset row (a task group)
 verl runs ``rollout.n`` of these; each drives one core curation session turn by turn:
 
@@ -57,7 +60,14 @@ class CuratorAgentLoop(AgentLoopBase):
         self.ctx = CurationContext.get(spec_path, run_dir, spec_dir=spec_dir, tokenizer=self.tokenizer)
         self.response_length = self.rollout_config.response_length
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
+        if self.ctx.spec.curator.context == "per_position":  # one row per position (position_loop.py)
+            from twinrun.backends.verl.position_loop import run_per_position
+
+            return await run_per_position(self, sampling_params, kwargs)
+        return await self._run_accumulated(sampling_params, **kwargs)
+
+    async def _run_accumulated(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         ctx = self.ctx
         step = int(kwargs.get("global_steps", -1))
         session = ctx.open_session(kwargs, rollout=int(kwargs.get("session_id", 0)))
@@ -132,7 +142,8 @@ class CuratorAgentLoop(AgentLoopBase):
         tag = RolloutTag(measured=summary.measured, step_rewards=summary.step_rewards, anchors=summary.anchors,
                          valid=summary.valid, episodes=summary.executor_episodes,
                          unmeasured=summary.unmeasured_episodes, turns_missing=summary.turns_missing,
-                         segments=segment_positions(turns, turn_log, len(summary.anchors)))
+                         segments=segment_positions(turns, turn_log, len(summary.anchors)),
+                         group_id=session.group.group_id, rollout=int(kwargs.get("session_id", 0)))
         reward = summary.total if summary.measured else 0.0
         if not math.isfinite(reward):
             raise ValueError(f"twinrun_curator: reward {reward!r} is not finite (fix: core must return a float)")

@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from twinrun.backends.verl.estimators import estimator_overrides
-from twinrun.backends.verl.names import AGENT_LOOP_NAME
+from twinrun.backends.verl.names import AGENT_LOOP_NAME, ROWS_PER_ROLLOUT_KEY, TRAINER_MODE
 from twinrun.backends.compiled import (
     CompiledBackend,
     KnobSetting,
     apply_native_overrides,
+    context_value,
     executor_episodes,
 )
 from twinrun.core.errors import TwinrunError
@@ -42,11 +43,20 @@ def estimator_name(spec: ExperimentSpec) -> str:
     return f"twinrun_{spec.algorithm.estimator}"
 
 
+def rows_per_rollout(spec: ExperimentSpec) -> int:
+    """verl rows one curation rollout becomes: |G| (per_position: the agent loop returns one output per position)
+    or 1 (accumulated)."""
+    return spec.environment.group_size if spec.curator.context == "per_position" else 1
+
+
 def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
     b = spec.batch
     mini = b.groups_per_step // b.minibatches  # verl counts ppo_mini_batch_size in prompts (x n internally)
+    per_rollout = rows_per_rollout(spec)
     ov: dict[str, Any] = {
-        # --- batch in verl's units
+        # --- batch in verl's units. A mini-batch is ppo_mini_batch_size x rollout.n rows in verl; the twinrun
+        # trainer (rows_trainer.py) multiplies by the rows per rollout, so a mini-batch holds the rows of
+        # ppo_mini_batch_size task groups in both shapes
         "data.train_batch_size": b.groups_per_step,
         f"{R}.n": b.rollouts_per_group,
         f"{A}.ppo_mini_batch_size": mini,
@@ -91,10 +101,11 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         f"{R}.top_k": spec.sampling.top_k if spec.sampling.top_k is not None else -1,
         f"{R}.do_sample": True,
         f"{R}.calculate_log_probs": True,
-        # --- lengths: one sequence per rollout (agent loop); tool results are response tokens with mask 0
+        # --- lengths. accumulated: one sequence per rollout (agent loop), tool results are response tokens with
+        # mask 0; per_position: a row's response is one curator turn (the per-turn cap)
         "data.max_prompt_length": spec.curator.max_prompt_tokens,
-        "data.max_response_length": spec.curator.max_completion_tokens,
-        f"{R}.multi_turn.max_assistant_turns": spec.environment.group_size,
+        "data.max_response_length": spec.curator.training_completion_tokens,
+        f"{R}.multi_turn.max_assistant_turns": spec.environment.group_size if per_rollout == 1 else 1,
         f"{R}.agent.default_agent_loop": AGENT_LOOP,
         # --- checkpoints, resources, seed
         "trainer.save_freq": spec.checkpoint_every,
@@ -123,6 +134,9 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         f"{R}.log_prob_micro_batch_size_per_gpu": b.micro_batch_per_device,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": b.micro_batch_per_device,
     }
+    if per_rollout > 1:  # per_position only; accumulated keeps verl's stock sync trainer
+        ov["trainer.v1.trainer_mode"] = TRAINER_MODE
+        ov[f"+trainer.{ROWS_PER_ROLLOUT_KEY}"] = per_rollout
     ov = apply_native_overrides(ov, native_overrides(spec), "verl")
     counts = derive_counts(spec, ov)
     return CompiledBackend(backend="verl", framework=f"verl=={VERL_VERSION}", config=ov, counts=counts, knobs=_knobs(spec, ov))
@@ -152,17 +166,21 @@ def derive_counts(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, int]:
     groups = int(ov["data.train_batch_size"])
     n = int(ov[f"{R}.n"])
     mini = int(ov[f"{A}.ppo_mini_batch_size"])
+    per_rollout = int(ov.get(f"+trainer.{ROWS_PER_ROLLOUT_KEY}", 1)) if ov.get("trainer.v1.trainer_mode") == TRAINER_MODE else 1
     if mini <= 0 or groups % mini:
         raise TwinrunError(
             f"overrides.verl: ppo_mini_batch_size={mini} does not divide data.train_batch_size={groups} "
             "(fix: remove the override or choose a divisor)"
         )
     trajectories = groups * n
+    rows = trajectories * rows_per_rollout(spec)  # what the agent loop returns per step
     return {
         "curation_trajectories": trajectories,
         "executor_episodes": executor_episodes(spec, trajectories, groups),
-        "optimizer_updates": (groups // mini) * int(ov[f"{A}.ppo_epochs"]),
-        "sequences_per_update": mini * n,
+        "training_rows": rows,
+        # verl splits the step's rows into mini-batches of ppo_mini_batch_size x n x per_rollout rows
+        "optimizer_updates": (rows // (mini * n * per_rollout)) * int(ov[f"{A}.ppo_epochs"]),
+        "sequences_per_update": mini * n * per_rollout,
         "training_steps": int(ov["trainer.total_training_steps"]),
     }
 
@@ -171,7 +189,13 @@ def _knobs(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, KnobSetting]:
     k = KnobSetting
     c = derive_counts(spec, ov)
     sched = ov[f"{A}.optim.lr_scheduler_type"]
+    per_position = rows_per_rollout(spec) > 1
     return {
+        "context": k(
+            "agent loop returns one output per position (TransferQueue rows)" if per_position
+            else "agent loop: one multi-turn sequence per rollout",
+            context_value(spec),
+        ),
         "rollouts_per_group": k(f"rollout.n={ov[f'{R}.n']}", ov[f"{R}.n"]),
         "groups_per_step": k(f"data.train_batch_size={ov['data.train_batch_size']}", ov["data.train_batch_size"]),
         "minibatches": k(
@@ -217,10 +241,12 @@ def _knobs(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, KnobSetting]:
         ),
         "max_prompt_tokens": k(f"data.max_prompt_length={ov['data.max_prompt_length']}", ov["data.max_prompt_length"]),
         "max_response_tokens": k(
-            f"agent loop sampling max_tokens={spec.curator.max_response_tokens} per curator turn",
+            f"agent loop sampling max_tokens={spec.curator.max_response_tokens} per curator turn"
+            + (f", data.max_response_length={ov['data.max_response_length']}" if per_position else ""),
             spec.curator.max_response_tokens,
         ),
-        "max_completion_tokens": k(f"data.max_response_length={ov['data.max_response_length']}", ov["data.max_response_length"]),
+        "max_completion_tokens": k("(unused: a row is one turn)", None) if per_position else k(
+            f"data.max_response_length={ov['data.max_response_length']}", ov["data.max_response_length"]),
         "checkpoint_every": k(f"trainer.save_freq={ov['trainer.save_freq']}", ov["trainer.save_freq"]),
         "seed": k(f"data.seed={ov['data.seed']}", ov["data.seed"]),
     }

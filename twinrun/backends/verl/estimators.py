@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from twinrun.core.training_rows import RowScore, row_advantages
+
 logger = logging.getLogger(__name__)
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gigpo")
@@ -77,14 +79,19 @@ class RolloutTag:
     unmeasured: int = 0
     segments: list[list[int]] = field(default_factory=list)
     turns_missing: int = 0
+    group_id: str | None = None  # core's task group id (rows.jsonl)
+    rollout: int | None = None  # the rollout's index in its group (verl's session id)
+    position: int | None = None  # per_position rows: the row's position 1..|G| (None: one row per rollout)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"m": int(self.measured), "r": [float(x) for x in self.step_rewards], "a": self.anchors,
-             "v": [int(bool(x)) for x in self.valid], "e": int(self.episodes), "u": int(self.unmeasured),
-             "s": [[int(p) for p in seg] for seg in self.segments], "t": int(self.turns_missing)},
-            separators=(",", ":"),
-        )
+        d: dict[str, Any] = {
+            "m": int(self.measured), "r": [float(x) for x in self.step_rewards], "a": self.anchors,
+            "v": [int(bool(x)) for x in self.valid], "e": int(self.episodes), "u": int(self.unmeasured),
+            "s": [[int(p) for p in seg] for seg in self.segments], "t": int(self.turns_missing)}
+        for key, value in (("g", self.group_id), ("k", self.rollout), ("p", self.position)):
+            if value is not None:
+                d[key] = value
+        return json.dumps(d, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> RolloutTag:
@@ -92,7 +99,9 @@ class RolloutTag:
         return cls(measured=bool(d.get("m", 1)), step_rewards=[float(x) for x in d.get("r", [])],
                    anchors=list(d.get("a", [])), valid=[bool(x) for x in d.get("v", [])],
                    episodes=int(d.get("e", 0)), unmeasured=int(d.get("u", 0)),
-                   segments=[[int(p) for p in seg] for seg in d.get("s", [])], turns_missing=int(d.get("t", 0)))
+                   segments=[[int(p) for p in seg] for seg in d.get("s", [])], turns_missing=int(d.get("t", 0)),
+                   group_id=d.get("g"), rollout=None if d.get("k") is None else int(d["k"]),
+                   position=None if d.get("p") is None else int(d["p"]))
 
 
 def encode_uid(group_uid: str, tag: RolloutTag) -> str:
@@ -190,6 +199,42 @@ def _rows(token_level_rewards: Any, index: Any, estimator: str) -> tuple[list[st
     return groups, tags, scores
 
 
+def _one_per_rollout(groups: list[str], tags: list[RolloutTag]) -> dict[tuple[str, int | None], RolloutTag]:
+    return {(g, t.rollout): t for g, t in zip(groups, tags, strict=True)}
+
+
+def position_rows(groups: list[str], tags: list[RolloutTag], estimator: str = "grpo") -> list[RowScore]:
+    """Core's facts about each per_position row from its tag. Every row must carry its (rollout, position), and
+    every rollout must have exactly one row per position: a row without its tag, or a lost row, would silently
+    change the statistics."""
+    name = registered_name(estimator)
+    rows: list[RowScore] = []
+    seen: dict[str, list[int]] = {}
+    sizes: dict[str, int] = {}
+    for i, (g, t) in enumerate(zip(groups, tags, strict=True)):
+        if t.position is None or t.rollout is None:
+            raise ValueError(f"{name}: row {i} has no (rollout, position) tag in a per_position batch (fix: the "
+                             "agent loop tags every row it returns)")
+        g_size = len(t.step_rewards)
+        if not 1 <= t.position <= g_size:
+            raise ValueError(f"{name}: row {i} is position {t.position} of a {g_size}-position rollout")
+        key = f"{g}#{t.rollout}"
+        seen.setdefault(key, []).append(t.position)
+        sizes[key] = g_size
+        rows.append(RowScore(
+            group_id=g, rollout=key, position=t.position, total=sum(t.step_rewards) if t.measured else None,
+            step_reward=t.step_rewards[t.position - 1], anchor=(t.anchors + [None] * g_size)[t.position - 1],
+            position_valid=bool((t.valid + [True] * g_size)[t.position - 1]),
+            rollout_valid=all(t.valid) if t.valid else True,
+        ))
+    for key, positions in seen.items():
+        expected = list(range(1, sizes[key] + 1))
+        if sorted(positions) != expected:
+            raise ValueError(f"{name}: rollout {key} has rows for positions {sorted(positions)}, not {expected} "
+                             "(fix: one row per position; a lost or repeated row would change the statistics)")
+    return rows
+
+
 def compute_twinrun_advantage(estimator: str, token_level_rewards: Any, response_mask: Any, config: Any = None,
                               index: Any = None, **_: Any) -> tuple[Any, Any]:
     """verl estimator body: (advantages[B,T], returns[B,T]) from core's `compute_advantages`."""
@@ -199,9 +244,15 @@ def compute_twinrun_advantage(estimator: str, token_level_rewards: Any, response
 
     cfg, gates = _estimator_config(estimator, config)
     groups, tags, scores = _rows(token_level_rewards, index, estimator)
-    check_health(tags, gates)
     n = len(groups)
     mask = response_mask.to(token_level_rewards.dtype)
+    if any(t.position is not None for t in tags):  # per_position: one row per (rollout, position)
+        check_health(list(_one_per_rollout(groups, tags).values()), gates)
+        adv = row_advantages(cfg, position_rows(groups, tags, estimator))
+        out = torch.as_tensor(adv, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
+        advantages = out.unsqueeze(-1) * mask
+        return advantages, advantages
+    check_health(tags, gates)
 
     if estimator != "gigpo":
         rewards = np.where([t.measured for t in tags], scores, np.nan)

@@ -1,4 +1,7 @@
-"""verl's TransferQueue agent-loop manager with one addition: a curation rollout's tag reaches the estimator.
+"""verl's TransferQueue agent-loop manager with one addition: each row's tag reaches the estimator.
+
+An agent loop may return one row (accumulated) or a list of rows, one per position (per_position): each row's
+tag, popped from its own ``extra_fields``, is written into that row's stored uid.
 
 verl stores each trajectory's fields in its TransferQueue with ``uid`` = the prompt's uid (the agent loop cannot
 change it: the worker copies the prompt's fields over the loop's output). A registered estimator receives only
@@ -34,12 +37,14 @@ def _worker_class() -> type:
     class CuratorAgentLoopWorker(base):  # type: ignore[misc, valid-type]
         async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
             outputs = output if isinstance(output, list) else [output]
-            tagged = outputs[-1].extra_fields.pop(TAG_FIELD, None) if outputs else None
+            tags = [o.extra_fields.pop(TAG_FIELD, None) for o in outputs]
             await super()._agent_loop_postprocess(output, validate, **kwargs)
-            if tagged is None or validate:
+            if validate or all(t is None for t in tags):
                 return
+            if any(t is None for t in tags):  # per_position rows are tagged one by one; one row per rollout
+                tags = [t if t is not None else tags[-1] for t in tags]  # (accumulated) carries its tag last
             keys = [f"{kwargs['uid']}_{kwargs['session_id']}_{i}" for i in range(len(outputs))]
-            fields = TensorDict({"uid": NonTensorStack(*([tagged] * len(keys)))}, batch_size=[len(keys)])
+            fields = TensorDict({"uid": NonTensorStack(*tags)}, batch_size=[len(keys)])
             await tq.async_kv_batch_put(keys=keys, fields=fields, partition_id="train")
 
     return CuratorAgentLoopWorker

@@ -2,7 +2,8 @@
 
 It registers, in verl's own registries:
 1. core's advantage estimators (``twinrun_grpo``, ``twinrun_dr_grpo``, ``twinrun_rloo``, ``twinrun_gigpo``);
-2. the curator agent loop (``twinrun_curator``);
+2. the curator agent loop (``twinrun_curator``) and the trainer that counts mini-batches in rows
+   (``twinrun_rows``, rows_trainer.py);
 3. the transformers rollout (rollout ``hf``, mode ``async``, and its ``RolloutReplica``);
 4. the ``cpu`` platform, and, when ``VERL_PLATFORM=cpu``, the two CPU fixes (`cpu_platform.py`);
 5. one environment fix: verl's FSDP engine patches TRL's ``AutoModelForCausalLMWithValueHead`` whenever *any* trl
@@ -88,6 +89,14 @@ def register_all() -> None:
     register_estimators()
     register_rollout()
     register_agent_loop()
+    register_trainer()
+
+
+def register_trainer() -> None:
+    """The sync v1 trainer that counts mini-batches in rows (``trainer.v1.trainer_mode=twinrun_rows``)."""
+    from twinrun.backends.verl.rows_trainer import register_rows_trainer
+
+    register_rows_trainer()
 
 
 register_all()

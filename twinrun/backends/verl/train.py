@@ -38,7 +38,14 @@ from twinrun.backends.verl import config as vconfig
 from twinrun.backends.verl.checkpoints import is_complete, merge_to_hf
 from twinrun.backends.verl.compile import compile_spec
 from twinrun.backends.verl.metrics import write_step_metrics
-from twinrun.backends.verl.names import AGENT_LOOP_CLASS, AGENT_LOOP_NAME, CHECKPOINT_CALLBACK, MANAGER_CLASS, RUN_DIR_KEY
+from twinrun.backends.verl.names import (
+    AGENT_LOOP_CLASS,
+    AGENT_LOOP_NAME,
+    CHECKPOINT_CALLBACK,
+    MANAGER_CLASS,
+    ROW_TOKENS_KEY,
+    RUN_DIR_KEY,
+)
 from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
@@ -85,9 +92,10 @@ class VerlRunDirs:
 
 
 def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str | Path | None = None,
-          *, log: Any = print) -> dict[str, Any]:
+          *, log: Any = print, keep_row_tokens: bool = False) -> dict[str, Any]:
     """Train the spec's curator under verl into ``out_dir`` (see the module docstring). Returns a small summary
-    (steps trained, checkpoint steps, wall time, the step resumed after), as the TRL backend does."""
+    (steps trained, checkpoint steps, wall time, the step resumed after), as the TRL backend does.
+    keep_row_tokens: rows.jsonl keeps each trained row's token ids and messages (tests; large)."""
     from twinrun.backends.registry import check_dependencies
 
     check_dependencies("verl")
@@ -96,6 +104,8 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     dirs = VerlRunDirs(paths.root)
     model = resolve_curator(spec, cache_dir)
     overrides = build_overrides(spec, paths, dirs, model)
+    if keep_row_tokens:
+        overrides[f"+trainer.{ROW_TOKENS_KEY}"] = True
     resolved = resolved_config(spec, overrides)
 
     spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)  # the TRL backend's text
@@ -205,7 +215,7 @@ def build_overrides(spec: Any, paths: RunPaths, dirs: VerlRunDirs, model: str) -
 
 # overrides that name places inside the run directory, not behaviour: not compared on --resume (a moved run resumes)
 PATH_KEYS = ("data.train_files", "data.val_files", "trainer.default_local_dir", f"+trainer.{RUN_DIR_KEY}",
-             f"{R}.agent.agent_loop_config_path", "trainer.resume_mode")
+             f"{R}.agent.agent_loop_config_path", "trainer.resume_mode", f"+trainer.{ROW_TOKENS_KEY}")
 
 
 def resolved_config(spec: Any, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -371,6 +381,9 @@ def _truncate_records(paths: RunPaths, keep_steps_below: int) -> None:
     groups) and the episode rows they own (written just before each rollout row, in the same order)."""
     rollouts = list(read_jsonl(paths.rollouts))
     kept = [r for r in rollouts if int(r.get("step", 0)) < keep_steps_below]
+    if paths.rows.exists():  # rows.jsonl counts verl's 1-based global step
+        atomic_write_text(paths.rows, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n"
+                                              for r in read_jsonl(paths.rows) if int(r["step"]) <= keep_steps_below))
     if len(kept) == len(rollouts) and not paths.episodes.exists():
         return
     n_episodes = sum(int(r.get("executor_episodes", 0)) for r in kept)

@@ -8,7 +8,7 @@ Errors are one line each: ``<field.path>: <value> <rule> (fix: ...)``; see :clas
 """
 
 
-from twinrun.core.spec.base import SPEC_VERSION, Backend, Estimator, SpecError
+from twinrun.core.spec.base import SPEC_VERSION, Backend, ContextShape, Estimator, SpecError
 from twinrun.core.spec.experiment import ExperimentSpec
 from twinrun.core.spec.loading import apply_overrides, load_spec, spec_from_dict
 from twinrun.core.spec.policy import (
@@ -36,9 +36,9 @@ from twinrun.core.spec.sft import TEACHER_PARAMS, GoldPathSpec, RoseSpec, SFTSpe
 from twinrun.core.spec.tracking import TrackingSpec
 
 __all__ = [
-    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "TEACHER_PARAMS", "AlgorithmSpec", "BM25Spec", "Backend", "BatchSpec",
-    "ClipSpec", "CurationSpec", "CuratorSpec", "EnvironmentSpec", "Estimator", "ExecutorSpec", "ExperimentSpec",
-    "GigpoSpec", "GoldPathSpec", "JudgeSpec", "KLSpec", "OptimizerSpec", "PromptsSpec", "ResourcesSpec",
-    "RetrievalSpec", "RewardSpec", "RoseSpec", "SFTSpec", "SamplingSpec", "SkillsSpec", "SpecError", "TeacherSpec",
-    "TrackingSpec", "apply_overrides", "load_spec", "spec_from_dict",
+    "ALFWORLD_TASK_TYPES", "SPEC_VERSION", "TEACHER_PARAMS", "AlgorithmSpec", "apply_overrides", "Backend",
+    "BatchSpec", "BM25Spec", "ClipSpec", "ContextShape", "CurationSpec", "CuratorSpec", "EnvironmentSpec",
+    "Estimator", "ExecutorSpec", "ExperimentSpec", "GigpoSpec", "GoldPathSpec", "JudgeSpec", "KLSpec", "load_spec",
+    "OptimizerSpec", "PromptsSpec", "ResourcesSpec", "RetrievalSpec", "RewardSpec", "RoseSpec", "SamplingSpec",
+    "SFTSpec", "SkillsSpec", "spec_from_dict", "SpecError", "TeacherSpec", "TrackingSpec",
 ]

@@ -12,6 +12,7 @@ SPEC_VERSION = 1
 
 Backend = Literal["trl", "verl"]
 Estimator = Literal["grpo", "dr_grpo", "rloo", "gigpo"]
+ContextShape = Literal["per_position", "accumulated"]
 
 
 class SpecError(TwinrunError, ValueError):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from twinrun.core.spec.base import Estimator, _Strict
+from twinrun.core.spec.base import ContextShape, Estimator, _Strict
 
 
 class CuratorSpec(_Strict):
@@ -19,8 +19,9 @@ class CuratorSpec(_Strict):
     max_completion_tokens: int = Field(
         32768,
         gt=0,
-        description="the whole multi-turn completion after chi_1: every curator turn and every tool result "
-        "(the next position's input). TRL max_completion_length, verl data.max_response_length",
+        description="context=accumulated only: the whole multi-turn completion after chi_1, every curator turn "
+        "and every tool result (the next position's input). TRL max_completion_length, verl "
+        "data.max_response_length; per_position rows are capped by max_response_tokens instead",
     )
     precision: Literal["bf16", "fp32"] = "bf16"
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning")
@@ -28,6 +29,16 @@ class CuratorSpec(_Strict):
         0.5, ge=0.0, le=1.0,
         description="stop a step when more of its positions than this were played without a curator turn "
         "(completion cap reached, or the curator stopped calling curate); 1.0 never stops",
+    )
+    context: ContextShape = Field(
+        "per_position",
+        description="what the curator sees at a position: per_position = one training row per (rollout, "
+        "position) whose prompt is that position's own input (the paper's Markov curator); accumulated = one "
+        "sequence per rollout, each turn and the next input appended (twinrun's earlier shape)",
+    )
+    history: int = Field(
+        0, ge=0, description="per_position: earlier positions' (input, turn) pairs rendered before the current "
+        "input as prompt-only messages (0 = the paper)",
     )
 
     @model_validator(mode="after")
@@ -37,7 +48,18 @@ class CuratorSpec(_Strict):
                 f"curator.max_completion_tokens: {self.max_completion_tokens} is below max_response_tokens="
                 f"{self.max_response_tokens} (fix: the whole multi-turn completion must hold at least one turn)"
             )
+        if self.context == "accumulated" and self.history:
+            raise ValueError(
+                f"curator.history: {self.history} has no meaning with context=accumulated (the conversation "
+                "already holds every earlier position; fix: history: 0, or context: per_position)"
+            )
         return self
+
+    @property
+    def training_completion_tokens(self) -> int:
+        """The completion cap of one training row: one turn (per_position) or the whole multi-turn
+        completion (accumulated)."""
+        return self.max_response_tokens if self.context == "per_position" else self.max_completion_tokens
 
 
 # Request fields the spec owns (a free `extra_body` must not set them: the spec would say one value and the request

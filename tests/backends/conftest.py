@@ -1,0 +1,57 @@
+"""Backend tests' shared helpers. ``per_position_rows_check``: the per_position rows a backend trained (rows.jsonl,
+kept with their tokens) against core's records (rollouts.jsonl); the TRL and verl training tests use the same one,
+so both backends are held to the same statement."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from twinrun.core.context_shape import ids_digest, input_digest, prompt_token_ids
+from twinrun.core.curation import CuratorPrompts
+from twinrun.core.records import RunPaths, read_jsonl
+from twinrun.core.toolcalls import CURATE_TOOL
+from twinrun.core.training_rows import rollout_rows, row_advantages, rows_by_key
+
+
+def check_per_position_rows(run: Path, spec: Any, tokenizer: Any, backend: str, rows_per_step: int) -> int:
+    """Every (rollout, position) of every step has exactly one trained row whose prompt token ids are the tokenizer's
+    rendering of core's messages for that position (system + chi_p, chi_p traced to core's record by digest), and
+    whose advantage is core's per-row advantage for the step. Returns the number of rows checked."""
+    paths = RunPaths(run)
+    trained = list(read_jsonl(paths.rows))
+    rows = rows_by_key(trained)  # a row trained twice in a step is refused
+    system = CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input")).system
+    by_step: dict[int, list[tuple[Any, dict[str, Any]]]] = defaultdict(list)
+    for rec in read_jsonl(paths.rollouts):
+        step = int(rec["step"]) + 1  # rollouts.jsonl: 0-based training step; rows.jsonl: 1-based
+        valid = [not p["no_valid_call"] for p in rec["positions"]]
+        scores = rollout_rows(rec["group_id"], f"{rec['group_id']}#{rec['rollout_index']}",
+                              total=rec["reward"]["total"], step_rewards=rec["step_rewards"],
+                              anchors=rec["anchors"], position_valid=valid)
+        for p, score in zip(rec["positions"], scores, strict=True):
+            row = rows[(step, rec["group_id"], int(rec["rollout_index"]), int(p["index"]))]
+            assert row["backend"] == backend and row["context"] == "per_position"
+            msgs = row["messages"]
+            assert msgs[0] == {"role": "system", "content": system} and len(msgs) == 2  # history 0
+            assert msgs[-1]["role"] == "user" and input_digest(msgs[-1]["content"]) == p["input_digest"]
+            assert row["prompt_ids"] == prompt_token_ids(tokenizer, msgs, [CURATE_TOOL]), (step, p["index"])
+            assert row["prompt_digest"] == ids_digest(row["prompt_ids"])
+            assert 0 < row["completion_tokens"] <= spec.curator.max_response_tokens
+            by_step[step].append((score, row))
+    assert sum(len(v) for v in by_step.values()) == len(trained), "rows.jsonl holds rows core has no record of"
+    for step, pairs in by_step.items():
+        assert len(pairs) == rows_per_step, (step, len(pairs))
+        want = row_advantages(spec.algorithm, [s for s, _ in pairs])
+        got = np.array([r["advantage"] for _, r in pairs])
+        np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"step {step}")
+    return len(trained)
+
+
+@pytest.fixture
+def per_position_rows_check():
+    return check_per_position_rows

@@ -1,0 +1,54 @@
+"""The verl backend with curator.context=per_position on CPU: the smoke arm, 2 steps; the agent loop returns one
+row per (rollout, position) on verl's TransferQueue path, the twinrun_rows trainer counts mini-batches in rows.
+The rows the actor trained (rows.jsonl, read back from the TransferQueue after the advantage step) are held to
+core's records exactly as the TRL backend's are (tests/backends/conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("verl")
+
+from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
+from twinrun.core.spec import load_spec  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld]
+
+PER_POSITION = ["curator.context=per_position", "curator.history=0", "steps=2", "checkpoint_every=2"]
+
+
+@pytest.fixture(scope="module")
+def spec(repo_root):
+    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml", PER_POSITION)
+
+
+@pytest.fixture(scope="module")
+def run(spec, cache_dir, tmp_path_factory):
+    from twinrun.backends.verl.train import train
+
+    out = tmp_path_factory.mktemp("runs") / "verl-pp"
+    return out, train(spec, out, cache_dir=cache_dir, keep_row_tokens=True)
+
+
+def test_per_position_trains_two_steps_with_plans_counts(spec, run):
+    from twinrun.backends.verl.compile import compile_spec
+
+    out, summary = run
+    counts = compile_spec(spec).counts
+    metrics = [StepMetrics.model_validate(r) for r in read_jsonl(RunPaths(out).metrics)]
+    assert [m.step for m in metrics] == [1, 2] and summary["checkpoints"] == [2]
+    for m in metrics:
+        assert m.curation_rollouts == counts["curation_trajectories"]
+        assert m.executor_episodes == counts["executor_episodes"]
+        assert m.optimizer_updates == counts["optimizer_updates"] and m.grad_norm is not None
+
+
+def test_trained_rows_are_cores_position_inputs_with_cores_advantages(spec, run, per_position_rows_check):
+    from transformers import AutoTokenizer
+
+    from twinrun.backends.verl.compile import compile_spec
+
+    out, _ = run
+    tok = AutoTokenizer.from_pretrained(RunPaths(out).checkpoint(2))
+    n = per_position_rows_check(out, spec, tok, "verl", compile_spec(spec).counts["training_rows"])
+    assert n == 2 * compile_spec(spec).counts["training_rows"]
