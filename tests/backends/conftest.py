@@ -21,7 +21,8 @@ from twinrun.core.training_rows import rollout_rows, row_advantages, rows_by_key
 def check_per_position_rows(run: Path, spec: Any, tokenizer: Any, backend: str, rows_per_step: int) -> int:
     """Every (rollout, position) of every step has exactly one trained row whose prompt token ids are the tokenizer's
     rendering of core's messages for that position (system + chi_p, chi_p traced to core's record by digest), and
-    whose advantage is core's per-row advantage for the step. Returns the number of rows checked."""
+    whose advantage is core's per-row advantage for the step; rollouts.jsonl's ``sequences`` hold the same tokens,
+    one per position. Returns the number of rows checked."""
     paths = RunPaths(run)
     trained = list(read_jsonl(paths.rows))
     rows = rows_by_key(trained)  # a row trained twice in a step is refused
@@ -33,8 +34,12 @@ def check_per_position_rows(run: Path, spec: Any, tokenizer: Any, backend: str, 
         scores = rollout_rows(rec["group_id"], f"{rec['group_id']}#{rec['rollout_index']}",
                               total=rec["reward"]["total"], step_rewards=rec["step_rewards"],
                               anchors=rec["anchors"], position_valid=valid)
-        for p, score in zip(rec["positions"], scores, strict=True):
+        seqs = rec["sequences"]  # the tokens trained on, one sequence per position (`twinrun parity`)
+        assert len(seqs) == len(rec["positions"]), (step, rec["group_id"], rec["rollout_index"])
+        for p, score, seq in zip(rec["positions"], scores, seqs, strict=True):
             row = rows[(step, rec["group_id"], int(rec["rollout_index"]), int(p["index"]))]
+            assert seq["prompt_ids"] == row["prompt_ids"] and seq["completion_ids"] == row["completion_ids"]
+            assert seq["completion_mask"] == [1] * len(seq["completion_ids"])
             assert row["backend"] == backend and row["context"] == "per_position"
             msgs = row["messages"]
             assert msgs[0] == {"role": "system", "content": system} and len(msgs) == 2  # history 0
