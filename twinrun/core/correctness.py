@@ -80,20 +80,9 @@ class OpenAICorrectnessJudge(OpenAIJudge):
     def cache_key(self, request: JudgeRequest) -> str:
         return "correctness-" + super().cache_key(request)
 
-    @staticmethod
-    def _read(resp: Any) -> Verdict:
-        from twinrun.core.judges import _RETRY_STATUS, _Retryable
-
-        if resp.status_code in _RETRY_STATUS:
-            raise _Retryable(f"HTTP {resp.status_code}")
-        if resp.status_code != 200:
-            return Verdict(None, f"unknown: HTTP {resp.status_code} from the correctness endpoint")
-        try:
-            content = resp.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            return Verdict(None, "unknown: the endpoint's answer is not a chat completion")
-        ok, reason = parse_correctness(content)
-        return Verdict(ok, reason if ok is not None else f"unknown: {reason}")
+    _NO_VERDICT = "unknown"  # shown to the curator as Unknown, never as success or failure
+    _ENDPOINT = "correctness endpoint"
+    _parse = staticmethod(parse_correctness)
 
     async def acorrect(self, task: str, trajectory: str, episode: Any = None) -> Correctness:
         return _label((await self.ajudge(JudgeRequest(skill=None, task=task, trajectory=trajectory))).valid)  # type: ignore[arg-type]

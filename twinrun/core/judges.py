@@ -369,19 +369,24 @@ class OpenAIJudge:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"}
 
-    @staticmethod
-    def _read(resp: Any) -> Verdict:
+    # how a verdict without a value is labelled, which endpoint it names, and how the answer's text is parsed
+    # (the self-judge of core.correctness reads the same HTTP answers with its own labels and parser)
+    _NO_VERDICT = "unmeasured"
+    _ENDPOINT = "judge endpoint"
+    _parse = staticmethod(parse_verdict)
+
+    def _read(self, resp: Any) -> Verdict:
         if resp.status_code in _RETRY_STATUS:
             raise _Retryable(f"HTTP {resp.status_code}")
         if resp.status_code != 200:
-            return Verdict(None, f"unmeasured: HTTP {resp.status_code} from the judge endpoint")
+            return Verdict(None, f"{self._NO_VERDICT}: HTTP {resp.status_code} from the {self._ENDPOINT}")
         try:
             content = resp.json()["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
-            return Verdict(None, "unmeasured: the endpoint's answer is not a chat completion")
-        valid, reason = parse_verdict(content)
+            return Verdict(None, f"{self._NO_VERDICT}: the endpoint's answer is not a chat completion")
+        valid, reason = self._parse(content)
         if valid is None:
-            return Verdict(None, f"unmeasured: {reason}")
+            return Verdict(None, f"{self._NO_VERDICT}: {reason}")
         return Verdict(valid, reason)
 
     def _count_call(self) -> None:
