@@ -5,11 +5,14 @@ updates agree to the tolerance where `plan` says the knobs are equal, and differ
 
 The recording is cached under the test cache (TWINRUN_TEST_CACHE) by spec hash, like the warm start.
 
-Tolerances: the two trainers' losses agree to ~1e-8 and their gradient norms to ~1e-6 (fp32 summation order),
-but AdamW moves each weight by ~lr * g / (|g| + 1e-8), which turns that rounding into visible differences on the
-few coordinates whose gradient is ~1e-8 (DIVERGENCES B15): the measured floor of the total relative weight-update
-difference on the smoke arm is ~2e-3, so the weight check here is 1e-2 (a semantic difference, e.g. weight decay
-on norm weights, gave 1.2e-2 in a group; a different mini-batch composition gives O(1))."""
+Tolerances: the verdict is the gradient the first optimizer update applies (identical weights and data on both
+sides), and it must meet the default ``--tol`` (1e-4 in fp32; measured 6.9e-5). Later updates differentiate weights
+that AdamW already moved apart (1.2e-4 measured; checked at 1e-3), and the weights after AdamW are checked at 1e-2: AdamW moves each weight by
+~lr * g / (|g| + 1e-8), which turns fp32 rounding into visible differences on the few coordinates whose gradient
+is ~1e-8 (DIVERGENCES B15; ~2e-3 on the smoke arm; weight decay on norm weights gave 1.2e-2 in a group, a
+different mini-batch composition O(1)).
+
+One recording and one comparison (module-scoped fixtures) serve every test here."""
 
 from __future__ import annotations
 
@@ -48,11 +51,27 @@ def test_trl_run_records_the_tokens_it_trained_on(recorded, smoke):
     assert any(0 in r["sequences"][0]["completion_mask"] for r in rows)
 
 
-def test_smoke_spec_updates_agree_in_fp32(recorded, smoke, cache_dir, tmp_path):
+@pytest.fixture(scope="module")
+def report(recorded, smoke, cache_dir, tmp_path_factory):
     from twinrun.parity.run import run_parity
 
-    report = run_parity(smoke, recorded, tmp_path, cache_dir=cache_dir, tol=WEIGHT_TOL, log=print)
-    assert report["passed"], report["steps"]
+    return run_parity(smoke, recorded, tmp_path_factory.mktemp("parity"), cache_dir=cache_dir, log=print)
+
+
+def test_smoke_spec_gradients_agree_to_the_default_tol(report):
+    from twinrun.parity.run import DEFAULT_TOL
+
+    assert report["tol"] == DEFAULT_TOL == 1e-4
+    assert sorted(report["grads"], key=int) == ["1", "2", "3"]  # every optimizer update, both trainers
+    assert report["passed"] and report["rel_diff"] <= DEFAULT_TOL, report["grads"]["1"]["total"]
+    for g in report["grads"]["1"]["groups"]:
+        assert g["rel_diff"] < 2 * DEFAULT_TOL, g
+    for u, diff in report["grads"].items():
+        assert diff["total"]["norm_trl"] > 0 and diff["total"]["rel_diff"] < 10 * DEFAULT_TOL, (u, diff["total"])
+
+
+def test_smoke_spec_updates_agree_in_fp32(report):
+    assert report["max_weight_rel_diff"] < WEIGHT_TOL
     for k, diff in report["steps"].items():
         assert diff["total"]["norm_trl"] > 0, f"TRL did not move the weights by step {k}"
         for g in diff["groups"]:

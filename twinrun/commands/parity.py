@@ -1,5 +1,6 @@
 """`twinrun parity SPEC [--set ...] [--rollouts FILE] [--knobs]`: the same recorded rollouts through TRL's and
-verl's real update; per tensor group and in total ``||dW_trl - dW_verl|| / ||dW_trl||``; exit 1 over ``--tol``.
+verl's real update; per tensor group and in total the gradient difference ``||g_trl - g_verl|| / ||g_trl||`` of
+every optimizer update (judged: exit 1 over ``--tol``) and the weight difference after AdamW (reported, B15).
 
 The work lives in `twinrun.parity` (run: one comparison; knobs: the knob table); this module parses and prints.
 """
@@ -25,7 +26,8 @@ def parity(
     rollouts: Optional[Path] = typer.Option(
         None, "--rollouts", help="a run's rollouts.jsonl to replay (default: record one with a TRL run of SPEC)"),
     out: Path = typer.Option(Path("runs/parity"), "--out", help="where weights, logs and parity.json go"),
-    tol: float = typer.Option(1e-4, "--tol", help="pass when the total relative update difference is at most this"),
+    tol: float = typer.Option(
+        1e-4, "--tol", help="pass when the total relative gradient difference (every optimizer update) is at most this"),
     knobs: bool = typer.Option(False, "--knobs", help="also run the knob table (one comparison per knob)"),
     model: Optional[Path] = typer.Option(
         None, "--model", help="local HF checkpoint both trainers start from (default: the spec's curator)"),

@@ -80,7 +80,9 @@ def run_knob_table(
         passed = report["passed"]
         verdict = ("pass" if passed else "FAIL") if status == "equal" else ("equal anyway" if passed else "diverges")
         rows.append({"knob": knob.name, "sets": list(knob.sets), "plan": status, "plan_why": why,
-                     "divergence": knob.divergence, "rel_diff_step1": first["rel_diff"],
+                     "divergence": knob.divergence, "grad_rel_diff": report["rel_diff"],
+                     "grad_rel_diff_worst": report["max_grad_rel_diff"],
+                     "rel_diff_step1": first["rel_diff"],
                      "rel_diff_last": last["rel_diff"], "cosine_last": last["cosine"],
                      "norm_ratio_last": (last["norm_verl"] / last["norm_trl"]) if last["norm_trl"] else None,
                      "tol": tol, "verdict": verdict,

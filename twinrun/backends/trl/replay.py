@@ -11,7 +11,8 @@ keyword arguments ``twinrun plan`` shows (forced to fp32 on CPU).
 
 The subclass only observes: the loss each micro-batch returned (summed per optimizer update, as backpropagated),
 the per-token log-ratios ``_compute_loss`` saw (from TRL's own log-prob call), TRL's logged clip fraction and
-gradient norm; and it saves the weights after the requested training steps.
+gradient norm; the gradient each optimizer update applies (after TRL's clipping, read by a torch optimizer step
+pre-hook: the verdict of `twinrun parity`); and it saves the weights after the requested training steps.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def replay(
     import trl
     from datasets import Dataset
     from safetensors.torch import save_file
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -78,7 +80,18 @@ def replay(
         raise TwinrunError(f"trl replay: a generation batch of {kwargs['per_device_train_batch_size']} x "
                            f"{kwargs['steps_per_generation']} rows, but {per_step} rollouts were recorded per step")
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    state: dict[str, Any] = {"updates": [], "micro": [], "weights": {}}
+    state: dict[str, Any] = {"updates": [], "micro": [], "weights": {}, "grads": {}, "model": None}
+
+    def save_grads(optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Before each optimizer update: the (clipped) gradient it applies, under HF names."""
+        model = state["model"]
+        if model is None:
+            return
+        u = len(state["grads"]) + 1
+        path = out / f"grads-update-{u}.safetensors"
+        save_file({n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().to("cpu").contiguous().clone()
+                   for n, p in model.named_parameters()}, str(path))
+        state["grads"][u] = str(path)
 
     def rollout_func(prompts: list[str], trainer: Any) -> dict[str, Any]:
         """TRL's rollout_func contract: the recorded rows of the step being generated, in TRL's order."""
@@ -160,9 +173,14 @@ def replay(
         rollout_func=rollout_func,
         callbacks=[Observer()],
     )
-    trainer.train()
+    state["model"] = trainer.model
+    hook = register_optimizer_step_pre_hook(save_grads)
+    try:
+        trainer.train()
+    finally:
+        hook.remove()
     return {"backend": "trl", "framework": f"trl=={trl.__version__}", "updates": state["updates"],
-            "weights": state["weights"], "config": {k: v for k, v in kwargs.items() if k != "output_dir"},
+            "weights": state["weights"], "grads": state["grads"], "config": {k: v for k, v in kwargs.items() if k != "output_dir"},
             "wall_s": round(time.perf_counter() - t0, 3)}
 
 

@@ -22,8 +22,9 @@ out of the test budget. The rows are laid out as verl's agent-loop worker stores
 position_ids), group-contiguous in rollout order: with one data-parallel rank verl's ``_balance_batch`` keeps that
 order (its one partition is sorted).
 
-The only code of twinrun's in the child besides data feeding is an observer around verl's policy-loss function
-(it records the per-token log-ratios verl saw, then calls verl's function unchanged).
+The only code of twinrun's in the child besides data feeding is observation: a wrapper around verl's policy-loss
+function (it records the per-token log-ratios verl saw, then calls verl's function unchanged) and a torch
+optimizer step pre-hook that saves the gradient each update applies (after verl's clipping).
 """
 
 from __future__ import annotations
@@ -214,6 +215,7 @@ def _metric(values: Any) -> list[float]:
 def _worker(job_path: str) -> None:
     import torch
     from safetensors.torch import save_file
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     import verl  # noqa: F401  (the verl.plugins entry point registers the CPU platform and fixes)
     from twinrun.backends.verl import config as vconfig
@@ -243,6 +245,21 @@ def _worker(job_path: str) -> None:
         ref = ActorRolloutRefWorker(config=arr, role="ref")
         ref.init_model()
 
+    grad_files: dict[str, str] = {}
+
+    def save_grads(optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Before each optimizer update: the (clipped) gradient it applies, full tensors under HF names."""
+        u = len(grad_files) + 1
+        path = out / f"grads-update-{u}.safetensors"
+        saved = {}
+        for name, p in actor.actor.engine.module.named_parameters():
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            g = g.full_tensor() if hasattr(g, "full_tensor") else g
+            saved[name] = g.detach().to("cpu").contiguous().clone()
+        save_file(saved, str(path))
+        grad_files[str(u)] = str(path)
+
+    register_optimizer_step_pre_hook(save_grads)
     temperature = float(arr.rollout.temperature)
     n = int(arr.rollout.n)
     updates_out: list[dict[str, Any]] = []
@@ -299,7 +316,7 @@ def _worker(job_path: str) -> None:
     from twinrun.backends.verl.compile import VERL_VERSION
 
     result_json = {"backend": "verl", "framework": f"verl=={VERL_VERSION}", "updates": updates_out,
-                   "weights": weights, "config": {k: v for k, v in job["overrides"].items()}}
+                   "weights": weights, "grads": grad_files, "config": {k: v for k, v in job["overrides"].items()}}
     atomic_write_text(out / "verl-result.json", json.dumps(result_json))
     _say("done")
 
