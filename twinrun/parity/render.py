@@ -56,9 +56,10 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
     c.print(t)
     verdict = "[green]PASS[/]" if report["passed"] else "[red]FAIL[/]"
     c.print(f"{verdict}: total relative gradient difference of update 1 {_f(report['rel_diff'])} (tol "
-            f"{report['tol']:g}); reported, not judged: worst over the {len(report['grads'])} updates "
-            f"{_f(report['max_grad_rel_diff'])} and weights after AdamW {_f(report['max_weight_rel_diff'])} "
-            "(AdamW's g/(|g|+eps) amplifies fp32 rounding of near-zero gradients, DIVERGENCES B15)")
+            f"{report['tol']:g}), worst over the {len(report['grads'])} updates {_f(report['max_grad_rel_diff'])} "
+            f"(tol {_f(report.get('later_tol'))}: later updates inherit the AdamW floor); reported, not judged: "
+            f"weights after AdamW {_f(report['max_weight_rel_diff'])} (AdamW's g/(|g|+eps) amplifies fp32 rounding "
+            "of near-zero gradients, DIVERGENCES B15)")
 
 
 def print_knob_table(rows: list[dict[str, Any]], console: Console | None = None) -> None:

@@ -12,6 +12,8 @@ clipping, masks, advantages, on identical weights and data); later updates' grad
 of them beside it), as is the weight difference after AdamW, but not judged: AdamW's ``g / (|g| + eps)`` turns fp32
 rounding of near-zero gradient coordinates into ~1e-3 of the update (DIVERGENCES B15), so from update 2 on the two
 trainers differentiate slightly different weights (measured 1.2e-4 on the smoke arm, against 6.9e-5 at update 1).
+Later updates still fail the verdict when they differ by more than ``LATER_FACTOR * tol`` (a mini-batch or epoch
+difference shows there first).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from twinrun.core.replay import check_replayable, describe, load_replay
 from twinrun.parity.weights import update_difference
 
 DEFAULT_TOL = 1e-4
+LATER_FACTOR = 10  # updates after the first must stay within 10 x tol (they inherit the AdamW floor, B15)
 BACKENDS = ("trl", "verl")
 
 
@@ -137,7 +140,8 @@ def compare(spec: Any, model: str | Path, results: dict[str, dict[str, Any]], sa
         "rel_diff": first,
         "max_grad_rel_diff": worst,
         "max_weight_rel_diff": worst_weights,
-        "passed": bool(math.isfinite(first) and first <= tol),
+        "later_tol": LATER_FACTOR * tol,
+        "passed": bool(math.isfinite(worst) and first <= tol and worst <= LATER_FACTOR * tol),
     }
 
 
