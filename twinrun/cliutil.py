@@ -29,10 +29,12 @@ CacheOption = typer.Option(None, "--cache", help="where tiny local models and wa
 
 def cache_dir(value: Path | None) -> Path | None:
     """--cache, else $TWINRUN_CACHE (README "Environment"): the one environment variable mapped for model caches."""
+    # absolute: the folder is handed to verl's child and Ray workers, which run in other working directories
+    # (a relative `.cache/twinrun` reached verl as a hub repo id and failed)
     if value is not None:
-        return value
+        return value.resolve()
     env = os.environ.get("TWINRUN_CACHE")
-    return Path(env) if env else None
+    return Path(env).resolve() if env else None
 
 
 def teacher_endpoint(teacher: Any, base_url: str | None, model: str | None) -> tuple[str, str, str]:
