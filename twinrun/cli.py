@@ -7,8 +7,10 @@ stderr and exit code 2; nothing written before the error is lost (writers are ap
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
+from pathlib import Path
 
 import typer
 
@@ -38,7 +40,20 @@ def _register_commands() -> None:
 _register_commands()
 
 
+# folders named by environment variables that child processes (verl's trainer, Ray workers) read again from their
+# own working directory: made absolute once here, so README's relative `../shared/data/alfworld` works there too
+PATH_VARIABLES = ("ALFWORLD_DATA", "TWINRUN_CACHE")
+
+
+def absolute_path_variables(environ: dict[str, str] | None = None) -> None:
+    environ = os.environ if environ is None else environ
+    for name in PATH_VARIABLES:
+        if environ.get(name):
+            environ[name] = str(Path(environ[name]).expanduser().resolve())
+
+
 def main() -> None:
+    absolute_path_variables()
     try:
         app()  # click's standalone mode handles usage errors (exit 2) and Ctrl-C
     except TwinrunError as e:
