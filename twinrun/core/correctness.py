@@ -17,44 +17,18 @@ truth (``PositionRecord.correctness`` / ``outcome``); ``judge_agreement`` in met
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, Literal
 
-from twinrun.core.judges import _THINK_RE, JudgeError, JudgeRequest, OpenAIJudge, Verdict, VerdictCache, _as_bool
+from twinrun.core.judges import JudgeError, JudgeRequest, OpenAIJudge, Verdict, VerdictCache, parse_judge_answer
 
 Correctness = Literal["success", "failure", "unknown", "unmeasured"]
 
 
 def parse_correctness(text: str) -> tuple[bool | None, str]:
-    """(task completed?, reason) from a judge answer: the last JSON object with a ``SUCCESS`` key (true/false,
+    """(task completed?, reason) from a self-judge answer: the last JSON object with a ``SUCCESS`` key (true/false,
     "yes"/"no"), after dropping ``<think>`` blocks; failing that, a last line that is exactly SUCCESS or FAILURE.
     None when nothing parses."""
-    if not isinstance(text, str):
-        return None, "judge answer is not text"
-    if "</think>" in text.lower():
-        text = _THINK_RE.sub("", text)
-        low = text.lower()
-        if "</think>" in low:
-            text = text[low.rfind("</think>") + len("</think>"):]
-    decoder = json.JSONDecoder()
-    found: tuple[bool | None, str] | None = None
-    for m in re.finditer(r"\{", text):
-        try:
-            obj, _ = decoder.raw_decode(text, m.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            keys = {k.lower(): k for k in obj if isinstance(k, str)}
-            if "success" in keys:
-                reason = obj.get(keys.get("reason", "reason"), "")
-                found = (_as_bool(obj[keys["success"]]), reason if isinstance(reason, str) else json.dumps(reason))
-    if found is not None:
-        return found if found[0] is not None else (None, "SUCCESS is neither true nor false")
-    lines = [ln.strip().strip("*`#.:").strip().upper() for ln in text.strip().splitlines() if ln.strip()]
-    if lines and lines[-1] in ("SUCCESS", "FAILURE"):
-        return lines[-1] == "SUCCESS", "bare verdict"
-    return None, "no JSON verdict with a SUCCESS key in the answer"
+    return parse_judge_answer(text, "success", "SUCCESS", "FAILURE")
 
 
 def _label(valid: bool | None) -> Correctness:

@@ -232,11 +232,11 @@ def _as_bool(v: Any) -> bool | None:
     return None
 
 
-def parse_verdict(text: str) -> tuple[bool | None, str]:
+def parse_judge_answer(text: str, key: str, yes: str, no: str) -> tuple[bool | None, str]:
     """(verdict, reason) from a judge model's answer; verdict None when nothing parses.
 
-    Reads the last JSON object with a ``VALID`` key (any case; value true/false or "VALID"/"INVALID"), after
-    dropping ``<think>`` blocks and code fences; failing that, a last line that is exactly VALID or INVALID.
+    Reads the last JSON object with a ``key`` key (any case; value true/false or yes/no words), after dropping
+    ``<think>`` blocks; failing that, a last line that is exactly ``yes`` or ``no`` (e.g. VALID / INVALID).
     """
     if not isinstance(text, str):
         return None, "judge answer is not text"
@@ -254,18 +254,23 @@ def parse_verdict(text: str) -> tuple[bool | None, str]:
             continue
         if isinstance(obj, dict):
             keys = {k.lower(): k for k in obj if isinstance(k, str)}
-            if "valid" in keys:
-                verdict = _as_bool(obj[keys["valid"]])
+            if key.lower() in keys:
+                verdict = _as_bool(obj[keys[key.lower()]])
                 reason = obj.get(keys.get("reason", "reason"), "")
                 found = (verdict, reason if isinstance(reason, str) else json.dumps(reason))
     if found is not None:
         if found[0] is None:
-            return None, "VALID is neither true nor false"
+            return None, f"{key.upper()} is neither true nor false"
         return found
     lines = [ln.strip().strip("*`#.:").strip() for ln in text.strip().splitlines() if ln.strip()]
-    if lines and lines[-1].upper() in ("VALID", "INVALID"):
-        return lines[-1].upper() == "VALID", "bare verdict"
-    return None, "no JSON verdict with a VALID key in the answer"
+    if lines and lines[-1].upper() in (yes, no):
+        return lines[-1].upper() == yes, "bare verdict"
+    return None, f"no JSON verdict with a {key.upper()} key in the answer"
+
+
+def parse_verdict(text: str) -> tuple[bool | None, str]:
+    """The count judge's answer: a ``VALID`` key, or a bare VALID / INVALID last line."""
+    return parse_judge_answer(text, "valid", "VALID", "INVALID")
 
 
 # ------------------------------------------------------------------------------------------------------------
