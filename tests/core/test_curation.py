@@ -18,8 +18,8 @@ from twinrun.core.curation import (
     CuratorPrompts,
     TaskGroup,
     TaskGroupSampler,
-    anchor_of,
 )
+from twinrun.core.context_shape import input_digest
 from twinrun.core.envs import EnvPool
 from twinrun.core.envs.alfworld import AlfWorldCatalog
 from twinrun.core.errors import InfrastructureError
@@ -191,7 +191,7 @@ def test_full_rollout_with_a_tiny_local_qwen3_curator(pool, prompts, group, tmp_
     assert rec.positions[1].retrieved_skills == ["place-found-object"]
     # the default anchor (position, game, correctness read); the input hash is kept to re-key offline
     assert rec.anchors == [f"p{p.index}|{p.game_id}|success" for p in rec.positions]
-    assert [p.input_hash for p in rec.positions] == [anchor_of(p.curator_input) for p in result.positions]
+    assert [p.input_digest for p in rec.positions] == [input_digest(p.curator_input) for p in result.positions]
     assert sum(result.step_rewards) == pytest.approx(result.total) and len(result.step_rewards) == 3
     assert rec.positions[0].curator_input_tokens == len(tok.encode(chi1, add_special_tokens=False))
     assert result.repo.names() == ["place-found-object"]

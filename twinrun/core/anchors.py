@@ -16,14 +16,13 @@ singleton, A^S = 0 and GiGPO collapses to episode-level GRPO. The anchor kinds (
 records keep it. The task group is not in the key: core's estimator only groups rows of the same task group.
 
 Records (rollouts.jsonl) keep, per position, the recorded ``anchor`` and what any kind is built from (``index``,
-``game_id``, ``correctness``, ``input_hash``; ``curator_input`` under similarity), so :func:`record_anchors` can
+``game_id``, ``correctness``, ``input_digest``; ``curator_input`` under similarity), so :func:`record_anchors` can
 re-key a saved run offline (``twinrun advdiff --anchor``), and :func:`anchor_stats` gives the per-step
 ``anchor_singleton_share`` and ``step_adv_nonzero_share`` both backends log.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,11 +38,6 @@ NONZERO = 1e-9  # |A^S| above this counts as a non-zero step advantage
 
 class AnchorError(TwinrunError, ValueError):
     """An anchor that cannot be built (unknown kind, a record without what the kind needs)."""
-
-
-def input_hash(curator_input: str) -> str:
-    """sha256[:16] of the exact curator input chi_i."""
-    return hashlib.sha256(curator_input.encode()).hexdigest()[:16]
 
 
 def anchor_key(kind: str, *, position: int, game_id: str, correctness: str, input_digest: str) -> str:
@@ -87,7 +81,8 @@ def record_anchors(record: Mapping[str, Any], kind: str | None = None, match: st
         else:
             out.append(anchor_key(kind, position=int(p["index"]), game_id=str(p["game_id"]),
                                   correctness=str(p.get("correctness") or p.get("outcome")),
-                                  input_digest=str(p.get("input_hash") or p.get("anchor"))))
+                                  # runs recorded before stop 23 named the digest input_hash
+                                  input_digest=str(p.get("input_digest") or p.get("input_hash") or p.get("anchor"))))
     return out
 
 
@@ -162,4 +157,4 @@ def anchor_stats(cfg: Any, rows: StepRows) -> dict[str, float | int | None]:
 
 
 __all__ = ["ANCHOR_KINDS", "AnchorError", "AnchorKind", "StepRows", "anchor_key", "anchor_stats", "estimator_anchor",
-           "input_hash", "record_anchors", "step_rows"]
+           "record_anchors", "step_rows"]

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from twinrun.core.anchors import anchor_key, estimator_anchor, input_hash
+from twinrun.core.anchors import anchor_key, estimator_anchor
 from twinrun.core.envs import EnvPool, GameCatalog, GameRef, make_catalog, make_pool
 from twinrun.core.errors import TwinrunError
 from twinrun.core.executors import BackgroundLoop, Executor, make_executor
@@ -56,11 +56,6 @@ def stable_int(*parts: Any) -> int:
     """A 63-bit integer from the parts' text: the same in every process (unlike hash())."""
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1
-
-
-def anchor_of(curator_input: str) -> str:
-    """sha256[:16] of the exact curator input chi_i (the ``exact_input`` anchor; core.anchors.input_hash)."""
-    return input_hash(curator_input)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -151,9 +146,10 @@ class PositionRecord(BaseModel):
     retrieved_skills: list[str] = Field(default_factory=list)
     anchor: str  # GiGPO's step-group key under algorithm.gigpo.anchor (core.anchors); the text under similarity
     correctness: str | None = None  # the correctness signal the curator read here (part of position_outcome)
-    input_hash: str | None = None  # sha256[:16] of chi_i (the exact_input anchor), to re-key a run offline
     curator_input: str | None = None  # chi_i itself, kept only under anchor_match: similarity
-    input_digest: str | None = None  # sha256[:16] of the curator input chi_i (context_shape.input_digest)
+    # sha256[:16] of chi_i (context_shape.input_digest): the exact_input anchor, re-keyed offline by advdiff, and
+    # the link from a trained prompt back to core's input
+    input_digest: str | None = None
     curator_input_tokens: int | None = None
     repo_tokens: int | None = None
     repo_size: int = 0  # skills after this turn's ops
@@ -209,7 +205,7 @@ class PositionState:
     curator_input: str = ""
     anchor: str = ""
     correctness: str = ""
-    input_hash: str = ""
+    input_digest: str = ""
     input_tokens: int | None = None
     turn: CuratorTurn | None = None
     turn_missing: bool = False
@@ -610,10 +606,10 @@ class CurationSession:
         ).strip()
         p.curator_input = text
         # the anchor is fixed here, before the curator acts at this position (core.anchors)
-        p.input_hash = input_hash(text)
+        p.input_digest = input_digest(text)
         rt = self.runtime
         key = anchor_key(rt.anchor, position=p.index, game_id=p.game.game_id, correctness=p.correctness,
-                         input_digest=p.input_hash)
+                         input_digest=p.input_digest)
         p.anchor = estimator_anchor(key, text, rt.anchor_match)
         p.input_tokens = self.runtime.count_tokens(text)
         return text
@@ -685,10 +681,9 @@ class CurationSession:
                 index=p.index, game_id=p.game.game_id, outcome=p.episode.outcome,  # type: ignore[union-attr]
                 unmeasured_reason=p.episode.record.unmeasured_reason,  # type: ignore[union-attr]
                 retrieved_skills=p.retrieved, anchor=p.anchor, correctness=p.correctness or None,
-                input_hash=p.input_hash or None,
                 curator_input=p.curator_input if self.runtime.anchor_match == "similarity" else None,
                 curator_input_tokens=p.input_tokens,
-                input_digest=input_digest(p.curator_input) if p.curator_input else None,
+                input_digest=p.input_digest or None,
                 repo_tokens=p.repo_tokens, repo_size=p.repo_size,
                 ops=[OpRecord(function=r.function, skill_name=r.skill_name if isinstance(r.skill_name, str) else None,
                               ok=r.ok, error=r.error) for r in p.op_results],
@@ -758,7 +753,6 @@ __all__ = [
     "PositionRecord",
     "TaskGroup",
     "TaskGroupSampler",
-    "anchor_of",
     "play_with_repo",
     "stable_int",
 ]
