@@ -241,3 +241,61 @@ def test_the_update_follows_cores_advantages(smoke, cache_dir, alfworld_data, tm
     train(spec, tmp_path / "core", cache_dir=cache_dir, data_root=alfworld_data)
     (batch,) = _batches(tmp_path / "core")
     assert any(abs(a) > 1e-6 for a in batch["advantages"]["core"]) and moved(tmp_path / "core") > 0.0
+
+
+def test_gigpo_loss_weighs_each_token_with_its_positions_core_advantage(smoke, cache_dir, alfworld_data, tmp_path,
+                                                                        monkeypatch):
+    """estimator: gigpo, one TRL step: the ``advantages`` GRPOTrainer's ``_compute_loss`` receives are per token,
+    and on every loss-carrying token of every curator turn they equal core's advantage of the position that turn
+    carries, rebuilt here from rollouts.jsonl alone (core's per-position advantages, `core.training_rows`; the
+    turn-to-position rule, `core.policy_input.segment_positions`, from each position's tool calls). Fails if the
+    trainer stops handing core's per-token advantages to the loss (TRL's own are one scalar per rollout)."""
+    import numpy as np
+    import torch
+
+    from twinrun.backends.trl.token_advantages import model_segments
+    from twinrun.backends.trl.train import train
+    from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
+    from twinrun.core.policy_input import segment_positions
+    from twinrun.core.training_rows import rollout_rows, row_advantages
+
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml",
+                     ACCUMULATED + ["steps=1", "checkpoint_every=1", "algorithm.estimator=gigpo",
+                                    "batch.groups_per_step=1", "batch.rollouts_per_group=4"])
+    seen: list[tuple[list[int], list[float], list[int]]] = []
+    original = TwinrunGRPOTrainer._compute_loss
+
+    def observed(self, model, inputs):
+        mask = inputs["completion_mask"] * inputs.get("tool_mask", torch.ones_like(inputs["completion_mask"]))
+        adv = inputs["advantages"]
+        assert adv.dim() == 2, "the loss got one advantage per rollout, not per token"
+        for i in range(adv.shape[0]):
+            n = int(inputs["completion_mask"][i].sum())
+            seen.append((inputs["completion_ids"][i, :n].tolist(), adv[i, :n].tolist(), mask[i, :n].tolist()))
+        return original(self, model, inputs)
+
+    monkeypatch.setattr(TwinrunGRPOTrainer, "_compute_loss", observed)
+    out = tmp_path / "gigpo"
+    train(spec, out, cache_dir=cache_dir, data_root=alfworld_data)
+
+    records = list(read_jsonl(RunPaths(out).rollouts))
+    scores = [s for r in records
+              for s in rollout_rows(r["group_id"], str(r["rollout_index"]), total=r["reward"]["total"],
+                                    step_rewards=r["step_rewards"], anchors=r["anchors"],
+                                    position_valid=[not p["no_valid_call"] for p in r["positions"]])]
+    per_position = dict(zip([(s.rollout, s.position) for s in scores], row_advantages(spec.algorithm, scores)))
+    assert any(abs(a) > 1e-6 for a in per_position.values())
+    by_tokens = {tuple(r["sequences"][0]["completion_ids"]): r for r in records}
+    assert len(seen) == len(records) == 4
+    turns_checked = 0
+    for ids, adv, mask in seen:
+        rec = by_tokens[tuple(ids)]  # the row the loss saw is a rollout core recorded
+        assert mask == rec["sequences"][0]["completion_mask"]
+        g = len(rec["positions"])
+        calls = [(None, p["index"]) for p in rec["positions"] for _ in range(p["tool_calls"])]
+        (spans,) = model_segments(np.array([mask]))
+        for (start, end), positions in zip(spans, segment_positions(len(spans), calls, g), strict=True):
+            want = float(np.mean([per_position[(str(rec["rollout_index"]), p)] for p in positions]))
+            np.testing.assert_allclose(adv[start:end], want, atol=1e-6)
+            turns_checked += 1
+    assert turns_checked >= len(seen)

@@ -92,3 +92,15 @@ def test_verl_update_follows_cores_advantages(verl_run):
     assert np.abs(np.array(core["advantages"])).max() > 0.1 and core["max_abs_change"] > 0.0
     assert verl_run["estimator"] == "twinrun_gigpo"
 
+
+def test_verl_policy_loss_weighs_each_token_with_its_positions_core_advantage(verl_run):
+    """GiGPO (per-position step advantages): the ``advantages`` verl's policy-loss function receives equal core's
+    advantage of the position each curator turn carries, token by token (hand-computed, module docstring); the
+    tokens of tool results carry none of it (response_mask 0)."""
+    inputs = verl_run["core"]["loss_inputs"]
+    assert len(inputs) == 2  # one micro-batch per row (micro_batch_per_device 1), rows in order
+    for seen, want, resp in zip(inputs, EXPECTED, (ROW_A, ROW_B), strict=True):
+        (adv,), (mask,) = seen["advantages"], seen["response_mask"]
+        assert mask == [m for _, m in resp]
+        np.testing.assert_allclose(adv[:len(want)], want, atol=1e-6)
+        assert not any(adv[len(want):])
