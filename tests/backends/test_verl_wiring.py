@@ -6,7 +6,8 @@ One child process (verl_wiring_child.py) builds verl's real worker (``ActorRollo
 verl's v1 trainer makes per step (advantage step through verl's ``compute_advantage_for_multi_trajectories`` and the
 registered ``twinrun_gigpo`` estimator, old log-probs, ``update_actor``) on two tagged rows of one task group. No
 Ray cluster, no agent loop, no TransferQueue: the update is verl's worker code either way (see replay.py's
-docstring for why).
+docstring for why). After the updates the child runs verl's weight sync into twinrun's transformers rollout server
+(hf_rollout.py); its one stand-in is the Ray actor handle of that server (a local object calling the same method).
 
 The rows (hand-computed, the same numbers as test_trl_trainer_advantages.py's GiGPO case): |G| = 2, episode
 rewards 0.6 and 0.2 (A^E = +-0.2); position 1 shares its anchor in both rollouts (returns 0.6 / 0.2: A^S = +-0.2),
@@ -70,7 +71,7 @@ def verl_run(smoke_spec_path, tmp_path_factory):
                                        "batch.rollouts_per_group=2"])
     assert spec.kl.coef == 0.0
     model = build_tiny_qwen3(tmp / "models")
-    job = {"overrides": replay_overrides(spec, model), "rows": _rows(), "modes": ["zero", "core"],
+    job = {"overrides": replay_overrides(spec, model), "rows": _rows(), "modes": ["zero", "core"], "sync": True,
            "out": str(tmp / "result.json")}
     (tmp / "job.json").write_text(json.dumps(job), encoding="utf-8")
     env = _child_env()
@@ -104,3 +105,14 @@ def test_verl_policy_loss_weighs_each_token_with_its_positions_core_advantage(ve
         assert mask == [m for _, m in resp]
         np.testing.assert_allclose(adv[:len(want)], want, atol=1e-6)
         assert not any(adv[len(want):])
+
+
+def test_rollout_log_probs_match_the_actor_after_a_weight_sync(verl_run):
+    """verl's weight sync (naive backend) into the transformers rollout server after an update: the server's
+    log-probs of the tokens it samples equal the actor's on the same tokens to fp32 rounding; before the sync
+    (the server still holds the starting weights) they differ by the update's effect."""
+    sync = verl_run["sync"]
+    assert verl_run["core"]["max_abs_change"] > 0.0
+    assert sync["before"] > 1e-4, sync
+    assert sync["after"] < 2e-6, sync
+    assert sync["global_steps"] == 1  # the version verl's sync stamped on the server

@@ -13,10 +13,19 @@ Mode ``zero`` replaces core's ``compute_advantages`` with a test estimator that 
 core's. The weights before and after each update, the ``advantages`` tensor verl's policy-loss function received
 (observed by a wrapper that then calls verl's function unchanged) and verl's own GRPO advantages for the same batch
 go to the result file.
+
+``sync``: after the updates, verl's weight sync (``ActorRolloutRefWorker.update_weights``, backend ``naive``:
+``engine.get_per_tensor_param`` -> twinrun's ``HFServerAdapter.update_weights`` -> ``HFGenerationServer``) into a
+transformers rollout server that still holds the starting weights; the server's sampled tokens' log-probs are then
+held against the actor's ``compute_log_prob`` on the same tokens, before and after the sync. The one stand-in: the
+Ray actor handle the adapter would look up by name is a local object that forwards ``update_weights.remote`` to an
+``HFGenerationServer`` in this process (no Ray cluster in a cheap test); the server, the adapter and verl's worker
+are the real ones.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -40,6 +49,21 @@ def _observe_policy_loss(seen: list[Any]) -> None:
         return observed
 
     losses.get_policy_loss_fn = get_policy_loss_fn
+
+
+class _LocalHandle:
+    """Stand-in for the Ray actor handle of the rollout server (``ray.get_actor(server_name(rank))``): the same
+    method, called in this process."""
+
+    def __init__(self, server: Any):
+        self.server = server
+        self.update_weights = self
+
+    def remote(self, *args: Any) -> Any:
+        async def call() -> Any:
+            return self.server.update_weights(*args)
+
+        return call()
 
 
 def main(job_path: str) -> None:
@@ -121,6 +145,30 @@ def main(job_path: str) -> None:
     result: dict[str, Any] = {"estimator": cfg.algorithm.adv_estimator}
     for mode in job["modes"]:
         result[mode] = step(mode)
+
+    if job.get("sync"):
+        from twinrun.backends.verl.hf_rollout import HFGenerationServer
+
+        server = HFGenerationServer(str(arr.model.path), prompt_length=int(arr.rollout.prompt_length),
+                                    response_length=int(arr.rollout.response_length), seed=0)
+        worker.rollout._server = _LocalHandle(server)
+        prompt = rows[0]["prompt_ids"]
+
+        def gap() -> float:
+            out = asyncio.run(server.generate(prompt, {"temperature": temperature, "logprobs": True,
+                                                       "max_tokens": 8}, "r"))
+            row = {"prompt_ids": prompt, "completion_ids": out.token_ids, "completion_mask": [1] * len(out.token_ids)}
+            # a second row of other lengths keeps verl's fields nested (equal lengths are stacked as plain tensors)
+            other = {"prompt_ids": prompt[2:], "completion_ids": out.token_ids + [0],
+                     "completion_mask": [1] * (len(out.token_ids) + 1)}
+            td = _batch([row, other], temperature)
+            tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False)
+            actor = response_from_nested(worker.compute_log_prob(td)["log_probs"], td["response_mask"])[0]
+            return float((actor.double() - torch.tensor(out.log_probs, dtype=torch.float64)).abs().max())
+
+        result["sync"] = {"before": gap()}
+        asyncio.run(worker.update_weights(global_steps=1))
+        result["sync"].update(after=gap(), global_steps=server.get_global_steps())
 
     Path(job["out"]).write_text(json.dumps(result), encoding="utf-8")
 
