@@ -90,3 +90,48 @@ def test_vllm_colocate_overrides_are_grpo_config_fields_and_compile(repo_root):
         assert compiled.config[k] == v
     # vLLM's context holds at least a full completion (all turns and tool results), within Qwen3-8B's 40960
     assert compiled.config["max_completion_length"] <= overrides["vllm_max_model_length"] <= 40960
+
+
+def test_the_process_count_comes_from_the_spec(repo_root):
+    from twinrun.backends.trl.compile import compile_spec
+    from twinrun.core.errors import TwinrunError
+    from twinrun.core.spec import load_spec
+
+    smoke = repo_root / "experiments" / "smoke-cpu.yaml"
+    assert load_spec(smoke).resources.world_size == 1
+    assert load_spec(smoke, ["resources.processes=2"]).resources.world_size == 2
+    assert load_spec(smoke, ["resources.nodes=2"]).resources.world_size == 2  # one CPU process per node
+    assert load_spec(smoke, ["resources.nodes=2", "resources.gpus_per_node=8"]).resources.world_size == 16
+    with pytest.raises(TwinrunError, match="resources.processes: 3 != nodes x gpus_per_node = 16"):
+        load_spec(smoke, ["resources.nodes=2", "resources.gpus_per_node=8", "resources.processes=3"])
+    with pytest.raises(TwinrunError, match="not a multiple of resources.nodes"):
+        load_spec(smoke, ["resources.nodes=2", "resources.processes=3"])
+    # per_position: a process must hold whole rollouts (|G| = 3 rows each)
+    with pytest.raises(TwinrunError, match="split the 4 rollouts of a step unevenly"):
+        compile_spec(load_spec(smoke, ["curator.context=per_position", "resources.processes=3"]))
+
+
+def test_launch_starts_the_specs_processes_under_torchrun():
+    import sys
+
+    from torch.distributed.run import get_args_parser
+
+    from twinrun.backends.trl.launch import launch, torchrun_argv
+    from twinrun.backends.trl.train import check_world
+    from twinrun.core.errors import TwinrunError
+
+    argv = ["train", "s.yaml", "--backend", "trl", "--out", "o", "--launch", "--set", "resources.processes=2"]
+    cmd = torchrun_argv(2, 1, argv, {})
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--launch" not in cmd
+    args = get_args_parser().parse_args(cmd[3:])  # torchrun's own parser
+    assert (args.nproc_per_node, args.standalone, args.module, args.training_script) == ("2", True, True, "twinrun.cli")
+    assert args.training_script_args == [a for a in argv if a != "--launch"]
+    env = {"NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1"}
+    args = get_args_parser().parse_args(torchrun_argv(16, 2, argv, env)[3:])
+    assert (args.nnodes, args.nproc_per_node, args.node_rank, args.master_addr) == ("2", "8", 1, "10.0.0.1")
+    with pytest.raises(TwinrunError, match="NODE_RANK and MASTER_ADDR"):
+        torchrun_argv(16, 2, argv, {})
+    assert launch(1, 1, argv, {}) is False  # one process: train here
+    assert launch(2, 1, argv, {"WORLD_SIZE": "2"}) is False  # already inside torchrun's world
+    with pytest.raises(TwinrunError, match="plans 2 training process\\(es\\) but this launch has 1 .*--launch"):
+        check_world(1, 2)

@@ -82,4 +82,4 @@ def context_value(spec: Any) -> str:
 
 
 def world_size(spec: Any) -> int:
-    return max(1, spec.resources.nodes * max(spec.resources.gpus_per_node, 1))
+    return spec.resources.world_size

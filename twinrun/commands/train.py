@@ -21,6 +21,8 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="continue from the last complete checkpoint"),
     sets: list[str] = SetOption,
     cache: Path | None = CacheOption,
+    launch: bool = typer.Option(False, "--launch", help="trl: start the spec's resources.processes training "
+                                "processes (torchrun); 1 process trains here"),
 ) -> None:
     """Train SPEC's curator with one backend; refuses if the spec's backends would not run the same work."""
     from twinrun.backends import registry
@@ -35,4 +37,10 @@ def train(
             f"plan: per-step counts differ between backends ({', '.join(plan['mismatched_counts'])}); "
             "refusing to train an arm its twin would not match (fix: run `twinrun plan` and align the knobs)"
         )
+    if launch and backend == "trl":  # verl starts its own workers (Ray)
+        import sys
+
+        from twinrun.backends.trl.launch import launch as launch_processes
+
+        launch_processes(spec.resources.world_size, spec.resources.nodes, sys.argv[1:])
     registry.trainer(backend)(spec, out, resume=resume, cache_dir=cache_dir(cache))

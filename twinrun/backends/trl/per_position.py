@@ -34,7 +34,13 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from twinrun.backends.trl.trainer import DecayEveryParameter, batch_sequences, check_health, check_step
+from twinrun.backends.trl.trainer import (
+    DecayEveryParameter,
+    batch_sequences,
+    check_health,
+    check_step,
+    gathered_advantages,
+)
 from twinrun.core.curation import CurationResult, CurationRuntime, CurationSession, TaskGroup
 from twinrun.core.errors import TwinrunError
 from twinrun.core.context_shape import ids_digest, prompt_token_ids, session_messages
@@ -251,8 +257,7 @@ class PerPositionGRPOTrainer(DecayEveryParameter, GRPOTrainer):
         if self.on_batch is not None:
             self.on_batch(step + 1, records, {
                 "wall_s": {"rollout": t_rollout, "advantages": t_adv, **stepper.wall_s},
-                "advantages": {"trl": self.last_trl_advantages.tolist(), "core": out["advantages"].tolist(),
-                               "estimator": self.estimator.knobs()},
+                "advantages": gathered_advantages(self.last_trl_advantages, out["advantages"], self.estimator),
             }, rows=rows)
         check_health([r for r, _ in records], step + 1, self.max_unmeasured_share, self.max_missing_turn_share)
         return out

@@ -45,6 +45,7 @@ def train(
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig
 
+    from twinrun.backends.compiled import world_size
     from twinrun.backends.trl.compile import compile_spec
     from twinrun.backends.trl.environment import SessionBroker, check_tool_surface, dataset_row
     from twinrun.backends.trl.records import (
@@ -70,28 +71,35 @@ def train(
     kwargs = dict(compiled.config)
     updates_per_step = int(compiled.counts["optimizer_updates"])
     spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)
-    open_run_dir(paths, spec_yaml=spec_yaml, resume=resume)
+    # several processes (torchrun / accelerate launch): one world of the spec's size; rank 0 alone writes the run
+    # folder (spec, records, checkpoints), the others wait for it and read it
+    state = PartialState(cpu=spec.resources.gpus_per_node == 0)
+    check_world(state.num_processes, world_size(spec))
+    is_main = state.is_main_process
+    if is_main:
+        open_run_dir(paths, spec_yaml=spec_yaml, resume=resume)
 
     resume_from: Path | None = None
     done = 0  # steps already complete (a resume continues after them)
     if resume:
         last = last_complete_checkpoint(paths, updates_per_step)
         done = last[0] if last else 0
-        truncate_records(paths, done)
+        if is_main:
+            truncate_records(paths, done)
         resume_from = last[1] if last else None
         if done >= spec.steps:
             log(f"trl: {paths.root} already holds all {spec.steps} steps; nothing to do")
             return {"steps": done, "checkpoints": _checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
         log(f"trl: resuming {paths.root} after step {done}" if last else f"trl: no complete checkpoint in {paths.root}; starting at step 1")
-
-    is_main = PartialState().is_main_process
+    state.wait_for_everyone()
     with ExitStack() as closing:
         # the tracker opens first, so a missing or unreachable one is said before the long work starts
         reporter = step_reporter(spec, "trl", paths.root, log=log, enabled=is_main,
                                  resume_after=done if resume else None)
         closing.callback(reporter.close)
         environ = dict(os.environ)
-        model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
+        with state.main_process_first():  # rank 0 builds a missing tiny curator; the others then find it
+            model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
 
@@ -102,7 +110,8 @@ def train(
         resolved = config.to_dict()
         # the curator's identity (a local folder by its name: the warm start's name carries its content key)
         resolved["twinrun_curator_model"] = Path(model_path).name if Path(model_path).is_dir() else str(model_path)
-        check_resolved_config(paths, resolved, resume=resume)
+        if is_main:
+            check_resolved_config(paths, resolved, resume=resume)
 
         prov = provenance(spec_hash=spec.spec_hash(), run_id=paths.root.name, backend="trl",
                           framework_version=trl.__version__, seed=spec.seed)
@@ -161,11 +170,24 @@ def train(
                 **common, reward_funcs=[broker.reward_function()], environment_factory=broker.new_environment,
                 broker=broker, keep_row_tokens=keep_row_tokens,
             )
+        if resume_from is not None and state.num_processes > 1 and spec.resources.gpus_per_node == 0:
+            from twinrun.backends.trl.trainer import allow_indexed_cpu_locations
+
+            allow_indexed_cpu_locations()
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     wall = time.perf_counter() - t_start
     steps = _checkpoint_steps(paths)
     return {"steps": spec.steps, "checkpoints": steps, "wall_s": round(wall, 3),
             "resumed_from": None if resume_from is None else int(resume_from.name.split("-")[1]) // updates_per_step}
+
+
+def check_world(processes: int, planned: int) -> None:
+    """The launch's process count is the one `twinrun plan` divided the batch by (resources)."""
+    if processes != planned:
+        raise TwinrunError(
+            f"resources: the spec plans {planned} training process(es) but this launch has {processes} (fix: "
+            f"`twinrun train ... --launch` starts the spec's {planned}, or set resources.processes={processes})"
+        )
 
 
 def _checkpoint_steps(paths: Any) -> list[int]:

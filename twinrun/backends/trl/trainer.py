@@ -49,6 +49,21 @@ class DecayEveryParameter:
         return [name for name, _ in model.named_parameters()]
 
 
+_CPU_INDEX_REGISTERED = False
+
+
+def allow_indexed_cpu_locations() -> None:
+    """Let torch.load restore storages to ``cpu:N``. Under several CPU processes the HF Trainer resumes the
+    optimizer with ``map_location=args.device`` = ``cpu:0``, which torch 2.x refuses ("don't know how to restore
+    data location ... cpu:0"): a 2-process CPU ``--resume`` failed there. Registered once, for CPU only."""
+    global _CPU_INDEX_REGISTERED
+    if _CPU_INDEX_REGISTERED:
+        return
+    torch.serialization.register_package(
+        11, lambda storage: None, lambda storage, location: storage if location.startswith("cpu:") else None)
+    _CPU_INDEX_REGISTERED = True
+
+
 class TwinrunGRPOTrainer(DecayEveryParameter, GRPOTrainer):
     def __init__(
         self,
@@ -126,9 +141,7 @@ class TwinrunGRPOTrainer(DecayEveryParameter, GRPOTrainer):
                 "prefetched_calls": stats.prefetched_calls, "direct_calls": stats.direct_calls,
                 "prefetch_mismatches": stats.prefetch_mismatches,
                 "turns": gather_object([_turn_summary(c) for c in (self._last_completions or [])]),
-                "advantages": {"trl": self.last_trl_advantages.tolist(),
-                               "core": adv.tolist() if adv.dim() == 1 else None,
-                               "estimator": self.estimator.knobs()},
+                "advantages": gathered_advantages(self.last_trl_advantages, adv, self.estimator),
             }, rows=rows)
         # the step gates, on the records of every process, before the update (the run resumes from its last
         # checkpoint once the cause is fixed)
@@ -227,6 +240,17 @@ def batch_sequences(out: dict[str, Any]) -> list[SequenceTokens]:
         loss = [int(t) for t in (tool_mask[i][:n] if tool_mask is not None else [1] * n)]
         rows.append(SequenceTokens(prompt_ids=prompt, completion_ids=completion_ids[i][:n], completion_mask=loss))
     return rows
+
+
+def gathered_advantages(trl: torch.Tensor, core: torch.Tensor, estimator: EstimatorConfig) -> dict[str, Any]:
+    """trl_log.jsonl's advantages of a batch, from every process: TRL's own and core's (the ones the loss sees) in
+    gathered order, and core's per process (``core_by_process[rank]``: that rank's slice; per-token GiGPO: None)."""
+    per_rollout = core.dim() == 1
+    mine = core.tolist() if per_rollout else None
+    by_process = gather_object([mine])
+    return {"trl": gather_object(trl.tolist()) if trl.dim() == 1 else None,
+            "core": [a for p in by_process for a in p] if per_rollout else None,
+            "core_by_process": by_process if per_rollout else None, "estimator": estimator.knobs()}
 
 
 def check_step(inputs: list[dict[str, Any]], step: int) -> None:

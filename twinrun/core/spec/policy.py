@@ -430,5 +430,26 @@ class PromptsSpec(_Strict):
 class ResourcesSpec(_Strict):
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0, description="0 = CPU")
+    processes: int | None = Field(
+        None, ge=1, description="training processes in all (default: nodes x gpus_per_node, one per node on CPU); "
+        "on CPU any multiple of nodes (gloo), on GPU nodes x gpus_per_node")
     ray_address: str | None = None
+
+    @model_validator(mode="after")
+    def _processes_fit(self) -> ResourcesSpec:
+        p = self.processes
+        if p is None:
+            return self
+        if self.gpus_per_node and p != self.nodes * self.gpus_per_node:
+            raise ValueError(f"resources.processes: {p} != nodes x gpus_per_node = {self.nodes * self.gpus_per_node} "
+                             "(fix: one process per GPU; drop resources.processes or make them equal)")
+        if p % self.nodes:
+            raise ValueError(f"resources.processes: {p} is not a multiple of resources.nodes = {self.nodes} "
+                             "(fix: the same number of processes on every node)")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """Training processes in all (the TRL launch's WORLD_SIZE)."""
+        return self.processes or self.nodes * max(self.gpus_per_node, 1)
 
