@@ -9,6 +9,7 @@ Two runs of the smoke arm (per_position, history 0):
 * groups_per_step 1 x rollouts_per_group 4, 2 steps: the one task group's rollouts are split across the two ranks
   (rank 0 holds rollouts 0-1, rank 1 rollouts 2-3), so a rank's advantages are right only if the rewards of the
   other rank were gathered.
+* accumulated (TRL's tool loop), groups_per_step 1 x rollouts_per_group 2, 1 step: the same split.
 
 Held: per-step counts = `plan`'s for 2 processes = `plan`'s for 1 process (test_trl_per_position holds the
 1-process run to the same plan); each rank's advantages = core's on the whole gathered batch, sliced at the rank's
@@ -40,6 +41,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld]
 TWO = ["curator.context=per_position", "curator.history=0", "resources.processes=2"]
 KILLED = TWO + ["steps=4", "checkpoint_every=2"]  # groups_per_step 2 x rollouts_per_group 2 (the smoke arm's)
 SPLIT = TWO + ["batch.groups_per_step=1", "batch.rollouts_per_group=4", "steps=2", "checkpoint_every=2"]
+# accumulated (one sequence per rollout, TRL's tool loop): one group's 2 rollouts split across the ranks, 1 step
+ACCUMULATED = ["curator.context=accumulated", "resources.processes=2", "batch.groups_per_step=1",
+               "steps=1", "checkpoint_every=1"]
 TIMEOUT = 600
 
 
@@ -250,3 +254,26 @@ def test_split_group_each_ranks_advantages_need_the_other_ranks_rewards(split):
     differs = _check_rank_slices(spec, out)
     assert any(differs), "every step's rewards were equal within each rank: the split run proves nothing"
 
+
+
+def test_accumulated_split_group_each_ranks_advantages_are_cores_on_the_gathered_batch(repo_root, cache_dir, env,
+                                                                                       tmp_path):
+    from twinrun.backends.trl.compile import compile_spec
+    from twinrun.core.advantages import compute_advantages, estimator_config
+
+    spec_path = repo_root / "experiments" / "smoke-cpu.yaml"
+    spec = load_spec(spec_path, ACCUMULATED)
+    out = tmp_path / "trl-2p-acc"
+    _run(_cmd(spec_path, out, ACCUMULATED, cache_dir), env, tmp_path / "acc.log")
+    counts = compile_spec(spec).counts
+    [m] = [StepMetrics.model_validate(r) for r in read_jsonl(RunPaths(out).metrics)]
+    assert (m.curation_rollouts, m.executor_episodes) == (counts["curation_trajectories"], counts["executor_episodes"])
+    rollouts = list(read_jsonl(RunPaths(out).rollouts))  # gathered in process order = TRL's batch order
+    assert [(r["group_id"], r["rollout_index"]) for r in rollouts] == [(rollouts[0]["group_id"], i) for i in range(2)]
+    want = compute_advantages(estimator_config(spec.algorithm), [r["reward"]["total"] for r in rollouts],
+                              [r["group_id"] for r in rollouts],
+                              valid=[all(not p["no_valid_call"] for p in r["positions"]) for r in rollouts])
+    [batch] = _batches(out)
+    assert batch["advantages"]["core_by_process"] == [pytest.approx([want[0]], abs=1e-6),
+                                                      pytest.approx([want[1]], abs=1e-6)]
+    assert len(list(read_jsonl(RunPaths(out).rows))) == 2 and (RunPaths(out).checkpoint(1) / "config.json").is_file()
