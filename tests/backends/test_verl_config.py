@@ -97,3 +97,28 @@ def test_dotted_set_overrides_become_hydra_paths(repo_root):
 def test_launch_script_runs_twinrun_train_on_the_head(repo_root):
     text = (CLUSTER / "verl-launch.sh").read_text()
     assert "ray start --head" in text and "--backend verl" in text and "resources.ray_address=auto" in text
+
+
+def test_resources_processes_asks_verl_for_that_many_cpu_workers(repo_root, tmp_path):
+    """resources.processes: 2 on CPU -> two FSDP actor/rollout workers (n_gpus_per_node 2, one logical Ray GPU
+    and 3 CPUs each), two agent-loop worker processes; the per-step counts stay plan's."""
+    one = load_spec(repo_root / "experiments" / "smoke-cpu.yaml")
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["resources.processes=2"])
+    cfg, ov = _composed(spec, tmp_path)
+    assert cfg.trainer.nnodes == 1 and cfg.trainer.n_gpus_per_node == 2
+    assert cfg.actor_rollout_ref.rollout.agent.num_workers == 2
+    assert cfg.ray_kwargs.ray_init.num_gpus == 2 and cfg.ray_kwargs.ray_init.num_cpus == vconfig.cpu_ray_cpus(2) == 8
+    assert compile_spec(spec).counts == compile_spec(one).counts
+    assert _composed(one, tmp_path / "one")[0].trainer.n_gpus_per_node == 1
+
+
+def test_workers_that_do_not_divide_an_update_are_refused(repo_root):
+    """verl would pad the batch with no-op rows (upsample_batch_to_divisible_size): refused up front, naming the
+    field. 2 groups x 2 rollouts x |G| 3 = 12 rows per update: 5 workers do not divide them, 4 do."""
+    from twinrun.core.errors import TwinrunError
+
+    with pytest.raises(TwinrunError, match=r"resources: 5 verl workers do not divide the 12 rows"):
+        compile_spec(load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["resources.processes=5"]))
+    compile_spec(load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["resources.processes=4"]))
+    with pytest.raises(TwinrunError, match="resources.processes: 3 != nodes x gpus_per_node = 2"):
+        load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["resources.gpus_per_node=2", "resources.processes=3"])

@@ -89,3 +89,22 @@ def test_kill_9_mid_writing_loses_no_complete_row_and_resume_duplicates_none(tmp
     subprocess.run([sys.executable, "-c", writer.replace("range(100000)", f"range({len(first) + 50})")], check=True)
     rows = [r["i"] for r in read_jsonl(p, strict=True)]
     assert rows == list(range(len(first) + 50))
+
+
+def test_processes_appending_to_one_file_lose_and_duplicate_no_row(tmp_path):
+    """verl's agent-loop workers (one process each) append to the same rollouts.jsonl, and each opens its writer
+    whenever its first rollout ends, possibly while another process is writing a large row: every row of every
+    process is there exactly once and whole (an opening writer must not cut another's row in flight as if it were
+    a crash's torn line)."""
+    p = tmp_path / "r.jsonl"
+    writer = (
+        "import sys; from twinrun.core.records import JsonlWriter\n"
+        f"p={str(p)!r}; who=int(sys.argv[1])\n"
+        "for i in range(40):\n"
+        "    with JsonlWriter(p, fsync=False) as w:\n"  # a fresh writer per row: the open-while-writing race
+        "        w.write({'who': who, 'i': i, 'pad': 'x' * (1 << 20)})\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", writer, str(k)]) for k in range(3)]
+    assert [proc.wait(timeout=120) for proc in procs] == [0, 0, 0]
+    rows = [(r["who"], r["i"]) for r in read_jsonl(p, strict=True)]
+    assert sorted(rows) == [(k, i) for k in range(3) for i in range(40)]

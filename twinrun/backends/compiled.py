@@ -82,4 +82,5 @@ def context_value(spec: Any) -> str:
 
 
 def world_size(spec: Any) -> int:
+    """Training processes in all (`resources.processes`, else nodes x GPUs per node, one per node on CPU)."""
     return spec.resources.world_size

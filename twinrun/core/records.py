@@ -100,6 +100,21 @@ def _dumps_row(row: dict[str, Any]) -> str:
     return json.dumps(row, sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=False)
 
 
+@contextmanager
+def _flocked(f: Any) -> Iterator[None]:
+    """An exclusive advisory lock on an open file (between processes; a no-op where flock does not exist)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def _complete_prefix_len(path: Path) -> int:
     """Byte length of the file up to and including its last newline (a torn tail line is excluded)."""
     size = path.stat().st_size
@@ -120,26 +135,31 @@ def _complete_prefix_len(path: Path) -> int:
 
 
 class JsonlWriter:
-    """Append rows to a JSONL file durably. Opening truncates a torn last line left by a crash."""
+    """Append rows to a JSONL file durably. Opening truncates a torn last line left by a crash.
+
+    Several processes may append to one file (verl's agent-loop workers share rollouts.jsonl): each row is
+    written, and a torn tail truncated, under an exclusive `flock` on the file, so rows never interleave and a
+    writer opening the file never mistakes another's row in flight for a crash's torn line."""
 
     def __init__(self, path: str | Path, fsync: bool = True):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        if self.path.exists():
+        self._f = open(self.path, "a", encoding="utf-8")
+        with _flocked(self._f):
             keep = _complete_prefix_len(self.path)
             if keep != self.path.stat().st_size:
-                with open(self.path, "r+b") as f:
-                    f.truncate(keep)
-        self._f = open(self.path, "a", encoding="utf-8")
+                os.truncate(self.path, keep)
 
     def write(self, row: dict[str, Any] | BaseModel) -> None:
         if isinstance(row, BaseModel):
             row = row.model_dump(mode="json")
-        self._f.write(_dumps_row(row) + "\n")
-        self._f.flush()
-        if self._fsync:
-            os.fsync(self._f.fileno())
+        line = _dumps_row(row) + "\n"
+        with _flocked(self._f):
+            self._f.write(line)
+            self._f.flush()
+            if self._fsync:
+                os.fsync(self._f.fileno())
 
     def write_many(self, rows: Iterable[dict[str, Any] | BaseModel]) -> None:
         for r in rows:

@@ -18,6 +18,7 @@ from twinrun.backends.compiled import (
     apply_native_overrides,
     context_value,
     executor_episodes,
+    world_size,
 )
 from twinrun.core.errors import TwinrunError
 from twinrun.core.spec import ExperimentSpec
@@ -112,7 +113,8 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
         "trainer.nnodes": spec.resources.nodes,
-        "trainer.n_gpus_per_node": max(spec.resources.gpus_per_node, 1),
+        # actor/rollout workers per node (one FSDP rank each): the GPUs, or on CPU resources.processes / nodes
+        "trainer.n_gpus_per_node": world_size(spec) // spec.resources.nodes,
         "trainer.logger": ["console"],
         "data.seed": spec.seed,
         f"{R}.seed": spec.seed,
@@ -174,6 +176,7 @@ def derive_counts(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, int]:
         )
     trajectories = groups * n
     rows = trajectories * rows_per_rollout(spec)  # what the agent loop returns per step
+    _check_workers(spec, ov, mini * n * per_rollout)
     return {
         "curation_trajectories": trajectories,
         "executor_episodes": executor_episodes(spec, trajectories, groups),
@@ -183,6 +186,18 @@ def derive_counts(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, int]:
         "sequences_per_update": mini * n * per_rollout,
         "training_steps": int(ov["trainer.total_training_steps"]),
     }
+
+
+def _check_workers(spec: ExperimentSpec, ov: dict[str, Any], rows_per_update: int) -> None:
+    """verl splits each mini-batch's rows evenly over its FSDP workers; when they do not divide, its v1 trainer
+    silently appends no-op padding rows (`upsample_batch_to_divisible_size`), so the counts would no longer be
+    plan's. Refuse that up front."""
+    workers = int(ov["trainer.nnodes"]) * int(ov["trainer.n_gpus_per_node"])
+    if rows_per_update % workers:
+        raise TwinrunError(
+            f"resources: {workers} verl workers do not divide the {rows_per_update} rows of one update (verl would "
+            f"pad the batch; fix: resources.processes dividing {rows_per_update}, or batch.groups_per_step / "
+            "batch.minibatches that give each worker whole rows)")
 
 
 def _knobs(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, KnobSetting]:

@@ -14,30 +14,36 @@ R = "actor_rollout_ref.rollout"
 A = "actor_rollout_ref.actor"
 M = "actor_rollout_ref.model"
 
-# Ray on a CPU box: the TaskRunner, TransferQueue's controller and the one worker bundle each need a logical CPU
-# (num_cpus=2 hangs); the bundle also needs one logical GPU (the CPU platform reports Ray resource "GPU").
-# The worker bundle asks max_colocate_count (ResourcePoolManager default 3) CPUs, hence 3 + 2.
-CPU_RAY_CPUS = 5
+# Ray on a CPU box: the TaskRunner, TransferQueue's controller and each worker bundle need logical CPUs
+# (num_cpus=2 hangs with one worker); each bundle also needs one logical GPU (the CPU platform reports Ray resource
+# "GPU"). A worker bundle asks max_colocate_count (ResourcePoolManager default 3) CPUs, hence 2 + 3 per worker.
+CPU_RAY_BASE_CPUS = 2
+CPU_RAY_CPUS_PER_WORKER = 3
 
 
-def cpu_overrides() -> dict[str, Any]:
+def cpu_ray_cpus(workers: int) -> int:
+    return CPU_RAY_BASE_CPUS + CPU_RAY_CPUS_PER_WORKER * workers
+
+
+def cpu_overrides(workers: int = 1) -> dict[str, Any]:
     """Overrides that run main_ppo on CPU with the transformers rollout and the `cpu` platform
-    (frameworks-on-cpu.md, checked against verl 0.9.1)."""
+    (frameworks-on-cpu.md, checked against verl 0.9.1). ``workers``: actor/rollout workers on this node (FSDP
+    ranks over gloo, each with its own transformers server), and as many agent-loop worker processes, so
+    records are written by several processes as on a cluster."""
     return {
         f"{R}.name": "hf",
         f"{R}.mode": "async",
         f"{R}.tensor_model_parallel_size": 1,
         f"{R}.data_parallel_size": 1,
-        f"{R}.agent.num_workers": 1,
+        f"{R}.agent.num_workers": workers,
         f"{R}.checkpoint_engine.backend": "naive",
         f"{R}.free_cache_engine": False,
         "reward.num_workers": 0,  # the agent loop sets reward_score: no reward worker process is needed
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         "trainer.device": "cpu",
-        "trainer.nnodes": 1,
-        "trainer.n_gpus_per_node": 1,
-        "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS,
-        "+ray_kwargs.ray_init.num_gpus": 1,
+        "trainer.n_gpus_per_node": workers,
+        "ray_kwargs.ray_init.num_cpus": cpu_ray_cpus(workers),
+        "+ray_kwargs.ray_init.num_gpus": workers,
         f"+{M}.override_config.attn_implementation": "sdpa",
         f"{M}.use_remove_padding": False,
         f"{A}.strategy": "fsdp2",

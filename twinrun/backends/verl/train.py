@@ -36,7 +36,7 @@ import yaml
 
 from twinrun.backends.verl import config as vconfig
 from twinrun.backends.verl.checkpoints import is_complete, merge_to_hf
-from twinrun.backends.verl.compile import compile_spec
+from twinrun.backends.verl.compile import compile_spec, native_overrides
 from twinrun.backends.verl.metrics import write_step_metrics
 from twinrun.backends.verl.names import (
     AGENT_LOOP_CLASS,
@@ -188,8 +188,14 @@ def resolve_curator(spec: Any, cache_dir: str | Path | None) -> str:
 
 def build_overrides(spec: Any, paths: RunPaths, dirs: VerlRunDirs, model: str) -> dict[str, Any]:
     """compile_spec's overrides + run paths (+ CPU settings when the spec has no GPUs)."""
-    ov = dict(compile_spec(spec).config)
-    ov.update(vconfig.cpu_overrides() if spec.resources.gpus_per_node == 0 else vconfig.gpu_overrides(spec))
+    compiled = compile_spec(spec).config
+    if spec.resources.gpus_per_node == 0:
+        if spec.resources.nodes > 1 and not spec.resources.ray_address:
+            raise TwinrunError(f"resources.nodes: {spec.resources.nodes} CPU nodes need a Ray cluster (fix: "
+                               "resources.ray_address, or nodes: 1 with resources.processes)")
+        ov = {**compiled, **vconfig.cpu_overrides(workers=int(compiled["trainer.n_gpus_per_node"]))}
+    else:
+        ov = {**compiled, **vconfig.gpu_overrides(spec)}
     ov.update({
         "actor_rollout_ref.model.path": model,
         "data.train_files": str(dirs.data),
@@ -209,7 +215,7 @@ def build_overrides(spec: Any, paths: RunPaths, dirs: VerlRunDirs, model: str) -
     })
     if spec.resources.ray_address:
         ov["+ray_kwargs.ray_init.address"] = spec.resources.ray_address
-    ov.update(spec.overrides.get("verl", {}))  # the spec's escape hatch wins (plan shows it in compile's output)
+    ov.update(native_overrides(spec))  # the spec's escape hatch wins (plan shows it in compile's output)
     return ov
 
 

@@ -431,8 +431,8 @@ class ResourcesSpec(_Strict):
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0, description="0 = CPU")
     processes: int | None = Field(
-        None, ge=1, description="training processes in all (default: nodes x gpus_per_node, one per node on CPU); "
-        "on CPU any multiple of nodes (gloo), on GPU nodes x gpus_per_node")
+        None, ge=1, description="training processes in all (TRL ranks, verl actor/rollout workers); default: "
+        "nodes x gpus_per_node, one per node on CPU; on CPU any multiple of nodes (gloo), on GPU nodes x gpus_per_node")
     ray_address: str | None = None
 
     @model_validator(mode="after")
@@ -450,6 +450,6 @@ class ResourcesSpec(_Strict):
 
     @property
     def world_size(self) -> int:
-        """Training processes in all (the TRL launch's WORLD_SIZE)."""
+        """Training processes in all (the TRL launch's WORLD_SIZE, the verl actor/rollout workers)."""
         return self.processes or self.nodes * max(self.gpus_per_node, 1)
 
