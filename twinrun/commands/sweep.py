@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -49,6 +51,8 @@ def sweep_cmd(
                                         "executors side by side"),
     ray: str | None = typer.Option(None, "--ray", help="fan arms out over Ray: an address, or 'local'"),
     ray_cpus: int | None = typer.Option(None, "--ray-cpus", help="CPUs of a --ray local cluster"),
+    ray_retries: int = typer.Option(3, "--ray-retries", help="run an arm again (resuming its rows) on another node "
+                                    "when its Ray node or worker is lost, up to this many times"),
     replicates: list[str] = typer.Option([], "--replicates", help="replicate arms: baseline[:N], RUN, RUN:STEP,..."),
     games: int | None = typer.Option(None, "--games", help="number of held-out games (default: environment.eval_games)"),
     split: str | None = typer.Option(None, "--split", help="held-out split (default: environment.eval_split)"),
@@ -75,11 +79,13 @@ def sweep_cmd(
         factory = sw.no_ops_policy_factory
     else:
         raise sw.SweepError(f"--curator: {curator!r} is not a curator policy (fix: hf or no-ops)")
-    result = sw.sweep(
-        spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, baseline_replicates=base_reps,
-        replicate_checkpoints=run_reps, policy_factory=factory, workers=workers, ray_address=ray,
-        ray_num_cpus=ray_cpus, progress=progress and not as_json,
-    )
+    # --json: stdout holds the summary alone (Ray's driver prints cluster events, e.g. a lost raylet, to stdout)
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        result = sw.sweep(
+            spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, baseline_replicates=base_reps,
+            replicate_checkpoints=run_reps, policy_factory=factory, workers=workers, ray_address=ray,
+            ray_num_cpus=ray_cpus, ray_retries=ray_retries, progress=progress and not as_json,
+        )
     from twinrun.core.track_results import log_sweep
 
     log_sweep(spec, out, log=lambda line: typer.echo(line, err=as_json))
@@ -90,5 +96,6 @@ def sweep_cmd(
                f"{result.n_games} games in {out}")
     for name, a in result.arms.items():
         typer.echo(f"  {name}: {a.successes} successes, {a.unmeasured} unmeasured"
-                   + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else ""))
+                   + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else "")
+                   + (f" ({a.attempts} Ray attempts: a node or worker was lost)" if a.attempts > 1 else ""))
     typer.echo(f"next: twinrun compare {out} --baseline {sw.BASELINE}")

@@ -533,6 +533,7 @@ class ArmOutcome:
     unmeasured: int
     successes: int
     wall_s: float
+    attempts: int = 1  # Ray attempts at the arm (more than 1: its node or worker was lost and it resumed elsewhere)
 
 
 def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str, str] | None = None,
@@ -584,8 +585,12 @@ def _replay(repo: Any, rows: Sequence[Mapping[str, Any]], arm: str) -> None:
 
 
 def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, runtime: Any,
-            policy: CuratorPolicy | None, *, on_row: Callable[[str, int], None] | None = None) -> ArmOutcome:
-    """Play (or finish) one arm: resume from its complete rows, then stream the remaining games."""
+            policy: CuratorPolicy | None, *, on_row: Callable[[str, int], None] | None = None,
+            before_write: Callable[[str, int], None] | None = None) -> ArmOutcome:
+    """Play (or finish) one arm: resume from its complete rows, then stream the remaining games.
+
+    before_write(arm, game_index) runs before each row is appended and may raise to stop the arm (a Ray attempt
+    whose arm was taken over by a newer attempt: :mod:`twinrun.core.sweep_ray`)."""
     from twinrun.core.context_shape import HistoryTurn, history_window
     from twinrun.core.curation import TaskGroup
     from twinrun.core.envs import GameRef
@@ -644,6 +649,8 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
                 curator_turn=text if window else None,
                 provenance=prov.model_copy(update={"time": time.time()}),
             )
+            if before_write is not None:
+                before_write(arm.arm, i)
             writer.write(row)
             succ += row.outcome == "success"
             unm += row.outcome == "unmeasured"
@@ -696,14 +703,15 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
           n_games: int | None = None, baseline_replicates: int = 0,
           replicate_checkpoints: Mapping[str, Sequence[int] | str] | None = None,
           policy_factory: PolicyFactory | None = None, workers: int | None = None, ray_address: str | None = None,
-          ray_num_cpus: int | None = None, progress: bool = True, arms: Sequence[str] | None = None,
+          ray_num_cpus: int | None = None, ray_retries: int = 3, progress: bool = True, arms: Sequence[str] | None = None,
           executor: Any = None) -> SweepResult:
     """Evaluate every checkpoint of each run and a same-sweep baseline on the held-out games (resumable).
 
     run_dirs: training run folders (``NAME=PATH`` strings or a name -> path mapping); data_root: the ALFWorld
     data folder (else ``environ['ALFWORLD_DATA']``); split / n_games: default environment.eval_split /
     environment.eval_games; policy_factory(arm, spec) -> policy: default generates with the checkpoint;
-    ray_address: fan arms out as Ray tasks ("local" starts a local Ray with ray_num_cpus CPUs);
+    ray_address: fan arms out as Ray tasks ("local" starts a local Ray with ray_num_cpus CPUs; an arm whose node is
+    lost is run again on another node up to ray_retries times, resuming from its rows: :mod:`twinrun.core.sweep_ray`);
     arms: only these arms of the plan (default all); executor: an Executor object (tests) instead of the spec's.
     """
     from twinrun.core.envs import make_catalog
@@ -737,8 +745,10 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     if ray_address:
         # workers get only the variable the executor reads (its endpoint key), not the caller's whole environment
         passed = {k: environ[k] for k in (spec.executor.api_key_env,) if environ and k in environ}
-        outcomes = _sweep_ray(plan, todo, spec, out_dir, factory, workers, ray_address, ray_num_cpus, progress,
-                              passed)
+        from twinrun.core.sweep_ray import sweep_ray
+
+        outcomes = sweep_ray(plan, todo, spec, out_dir, factory, workers, ray_address, ray_num_cpus, progress,
+                             passed, max_retries=ray_retries)
     else:
         outcomes = _sweep_local(plan, todo, spec, out_dir, factory, workers, progress, environ, executor)
     return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes)
@@ -777,71 +787,3 @@ def _finished(out_dir: str | Path, arm: str, n: int) -> ArmOutcome:
     rows = list(read_jsonl(Path(out_dir) / ARMS_DIR / f"{arm}.jsonl"))
     return ArmOutcome(arm, n, len(rows), sum(r["outcome"] == "unmeasured" for r in rows),
                       sum(r["outcome"] == "success" for r in rows), 0.0)
-
-
-def _ray_arm_task(plan_dict: dict[str, Any], arm: str, spec_dict: dict[str, Any], spec_dir: str, out_dir: str,
-                  factory: PolicyFactory, workers: int | None, environ: dict[str, str] | None) -> dict[str, Any]:
-    """One arm in a Ray worker: its own runtime (env pool, executor), the same files as a local run."""
-    from twinrun.core.spec import spec_from_dict
-
-    spec = spec_from_dict(spec_dict, Path(spec_dir))
-    plan = SweepPlan.from_dict(plan_dict)
-    a = plan.arm(arm)
-    runtime = build_runtime(spec, workers=workers, environ=environ)
-    try:
-        policy = factory(a, spec) if a.role == "checkpoint" else None
-        return asdict(run_arm(plan, arm, spec, out_dir, runtime, policy))
-    finally:
-        runtime.close()
-
-
-def _sweep_ray(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str | Path, factory: PolicyFactory,
-               workers: int | None, address: str, num_cpus: int | None, progress: bool,
-               environ: Mapping[str, str] | None) -> dict[str, ArmOutcome]:
-    """Arms as Ray tasks (one CPU each); the driver shows progress by counting each arm file's complete rows.
-    Workers write the arm files themselves, so `out_dir` must be on a filesystem every node sees."""
-    try:
-        import ray
-    except ImportError:
-        from twinrun.core.errors import DependencyMissing
-
-        raise DependencyMissing("--ray: ray is missing (fix: pip install 'twinrun[verl]')") from None
-    started_here = False
-    if not ray.is_initialized():
-        if address == "local":
-            ray.init(num_cpus=num_cpus or 2, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
-        started_here = True
-    n = len(plan.games)
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(_ray_arm_task)
-        spec_dict = spec.model_dump(mode="json")
-        pending = {}
-        outcomes: dict[str, ArmOutcome] = {}
-        for a in todo:
-            if rows_done(out_dir, a.arm) >= n:
-                outcomes[a.arm] = _finished(out_dir, a.arm, n)
-                continue
-            ref = remote.remote(plan.to_dict(), a.arm, spec_dict, str(spec.source_dir), str(Path(out_dir).resolve()),
-                                factory, workers, dict(environ) if environ else None)
-            pending[ref] = a.arm
-        with _progress(progress) as bars:
-            tasks = {a.arm: bars.add_task(a.arm, total=n, completed=rows_done(out_dir, a.arm)) for a in todo}
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-                for a in todo:
-                    bars.update(tasks[a.arm], completed=rows_done(out_dir, a.arm))
-                for ref in ready:
-                    arm = pending.pop(ref)
-                    try:
-                        outcomes[arm] = ArmOutcome(**ray.get(ref))
-                    except ray.exceptions.RayTaskError as e:
-                        cause = e.as_instanceof_cause()
-                        if isinstance(cause, TwinrunError):
-                            raise cause from None
-                        raise
-    finally:
-        if started_here:
-            ray.shutdown()
-    return outcomes
