@@ -23,6 +23,7 @@ class BackendEntry:
     requires: tuple[str, ...]  # import names checked before `train`
     extra: str  # pip extra that provides them
     replay: str = ""  # "module:function": recorded rollouts through the framework's update (`twinrun parity`)
+    check: str = ""  # "module:function", pure python: refuses a spec the framework would reject only mid-run
 
 
 BACKENDS: dict[str, BackendEntry] = {
@@ -41,6 +42,7 @@ BACKENDS: dict[str, BackendEntry] = {
         requires=("torch", "transformers", "verl", "ray"),
         extra="verl",
         replay="twinrun.backends.verl.replay:replay",
+        check="twinrun.backends.verl.compile:check_runnable",
     ),
 }
 
@@ -70,6 +72,13 @@ def check_dependencies(name: str) -> None:
 def _load(target: str) -> Callable[..., Any]:
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def check_runnable(name: str, spec: Any) -> None:
+    """Refuse up front (one line: field, value, fix) what the backend's framework would reject deep in its run."""
+    target = entry(name).check
+    if target:
+        _load(target)(spec)
 
 
 def compiler(name: str) -> Callable[..., Any]:

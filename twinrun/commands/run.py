@@ -55,6 +55,8 @@ def run(
             f"plan: per-step counts differ between backends ({', '.join(plan['mismatched_counts'])}) "
             "(fix: run `twinrun plan` and align the knobs)"
         )
+    for b in backends:
+        registry.check_runnable(b, spec)  # e.g. a schedule verl rejects only inside its child
     if out.exists() and any(out.iterdir()) and not resume:
         raise TwinrunError(f"--out: {str(out)!r} already holds a run (fix: pass --resume to continue it, or a new folder)")
     counts = plan["backends"][backends[0]]["counts"]

@@ -37,6 +37,7 @@ def train(
             f"plan: per-step counts differ between backends ({', '.join(plan['mismatched_counts'])}); "
             "refusing to train an arm its twin would not match (fix: run `twinrun plan` and align the knobs)"
         )
+    registry.check_runnable(backend, spec)  # e.g. a schedule verl rejects only inside its child
     if launch and backend == "trl":  # verl starts its own workers (Ray)
         import sys
 

@@ -40,6 +40,17 @@ SCHEDULE = {"constant": "constant", "cosine": "cosine", "linear": "linear"}
 AGENT_LOOP = AGENT_LOOP_NAME  # registered by twinrun.backends.verl.plugin
 
 
+def check_runnable(spec: ExperimentSpec) -> None:
+    """Refuse, before verl's child starts, a spec verl would reject only deep inside it (one line: field, value,
+    fix). `twinrun train --backend verl` and `twinrun run` call this beside the per-step counts check."""
+    if spec.optimizer.schedule == "linear":
+        raise TwinrunError(
+            "optimizer.schedule: 'linear' is not a verl schedule (verl's FSDP optimizer accepts constant and cosine; "
+            "it would fail inside verl's trainer process) (fix: --set optimizer.schedule=cosine or constant, or "
+            "train this arm with --backend trl only)"
+        )
+
+
 def estimator_name(spec: ExperimentSpec) -> str:
     return f"twinrun_{spec.algorithm.estimator}"
 
