@@ -31,12 +31,48 @@ def repo_root() -> Path:
     return REPO
 
 
+NO_ALFWORLD = "ALFWORLD_DATA with json_2.1.1/ not found"
+ALFWORLD_FIX = ("fix: export ALFWORLD_DATA=<folder holding json_2.1.1/> (../shared/data/alfworld, or "
+                "`alfworld-download`)")
+
+
+def _alfworld_missing() -> bool:
+    p = os.environ.get("ALFWORLD_DATA")
+    return not p or not Path(p, "json_2.1.1").is_dir()
+
+
+def _needs_alfworld(item: pytest.Item) -> bool:
+    return "alfworld_data" in getattr(item, "fixturenames", ()) or item.get_closest_marker("alfworld") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under CI (CI=true) a missing ALFWorld data folder fails the run at once, in one line: there the end-to-end,
+    fault-injection, kill -9 and curation tests must run, not be skipped."""
+    if os.environ.get("CI", "").lower() in ("true", "1") and _alfworld_missing():
+        need = sum(_needs_alfworld(i) for i in items)
+        if need:
+            raise pytest.UsageError(f"CI=true: {NO_ALFWORLD} (ALFWORLD_DATA={os.environ.get('ALFWORLD_DATA')!r}); "
+                                    f"{need} collected tests need it ({ALFWORLD_FIX})")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """For a user without the games, the run ends with one line saying what was skipped and why (exit 0)."""
+    terminalreporter = config.pluginmanager.get_plugin("terminalreporter")
+    if terminalreporter is None:
+        return
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if isinstance(r.longrepr, tuple) and NO_ALFWORLD in str(r.longrepr[2])]
+    if skipped:
+        terminalreporter.write_line(
+            f"twinrun: {len(skipped)} tests skipped without ALFWorld games (the end-to-end, fault-injection, kill -9 "
+            f"and curation tests): {NO_ALFWORLD} ({ALFWORLD_FIX})", yellow=True)
+
+
 @pytest.fixture(scope="session")
 def alfworld_data() -> Path:
-    p = os.environ.get("ALFWORLD_DATA")
-    if not p or not Path(p, "json_2.1.1").is_dir():
-        pytest.skip("ALFWORLD_DATA with json_2.1.1/ not found (CI sets it to ../shared/data/alfworld)")
-    return Path(p)
+    if _alfworld_missing():
+        pytest.skip(NO_ALFWORLD)
+    return Path(os.environ["ALFWORLD_DATA"])
 
 
 @pytest.fixture(scope="session")

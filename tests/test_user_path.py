@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,3 +43,32 @@ def test_linear_schedule_stays_open_to_trl(smoke_spec_path: Path) -> None:
     registry.check_runnable("trl", spec)  # TRL has a linear schedule: no refusal
     with pytest.raises(Exception, match="optimizer.schedule"):
         registry.check_runnable("verl", spec)
+
+
+def _pytest_without_games(repo_root: Path, tmp_path: Path, ci: bool) -> subprocess.CompletedProcess:
+    """This suite's own conftest on two sweep tests (one pure, one on real games), with no ALFWorld data."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
+    env["ALFWORLD_DATA"] = str(tmp_path / "no-games")
+    if ci:
+        env["CI"] = "true"
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/core/test_sweep.py",
+                           "-k", "stratified or resume_noop"], cwd=repo_root, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_without_games_a_user_run_passes_and_says_what_was_skipped(repo_root: Path, tmp_path: Path) -> None:
+    got = _pytest_without_games(repo_root, tmp_path, ci=False)
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+    lines = [ln for ln in got.stdout.splitlines() if ln.startswith("twinrun: ")]
+    assert got.stdout.strip().splitlines()[-1] == lines[-1]  # the run ends with it
+    assert len(lines) == 1 and "1 tests skipped without ALFWorld games" in lines[0] and "fix: export" in lines[0]
+
+
+def test_without_games_a_ci_run_fails_at_once_with_the_fix(repo_root: Path, tmp_path: Path) -> None:
+    got = _pytest_without_games(repo_root, tmp_path, ci=True)
+    assert got.returncode == 4, got.stdout[-2000:] + got.stderr[-2000:]  # pytest's usage error: nothing ran
+    err = [ln for ln in (got.stdout + got.stderr).splitlines() if "CI=true" in ln]
+    assert len(err) == 1 and "ALFWORLD_DATA" in err[0] and "fix: export ALFWORLD_DATA=" in err[0]
+    assert "passed" not in got.stdout
