@@ -29,3 +29,35 @@ def test_relative_path_variables_reach_children_absolute(tmp_path):
             "print(os.environ['ALFWORLD_DATA']); print(os.environ['TWINRUN_CACHE'])")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [str(tmp_path.parent / "data"), str(tmp_path / "c")]
+
+
+def test_a_local_model_folder_reaches_children_absolute(monkeypatch, tmp_path):
+    """curator.model: a relative local folder loads here, but verl's child runs in <run>/verl, where it would be
+    taken for a hub id: the name every backend resolves is absolute; hub ids stay as written."""
+    from types import SimpleNamespace
+
+    from twinrun.models import resolve_model
+    from twinrun.warmstart import resolve_curator_model
+
+    (tmp_path / "models" / "my-curator").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    want = str(tmp_path / "models" / "my-curator")
+    assert resolve_model("models/my-curator", None) == want
+    assert resolve_curator_model(SimpleNamespace(curator=SimpleNamespace(model="models/my-curator")), None) == want
+    assert resolve_model("Qwen/Qwen3-8B", None) == "Qwen/Qwen3-8B"
+
+
+def test_the_cli_spec_names_local_model_folders_absolutely(monkeypatch, tmp_path, smoke_spec_path):
+    """Every model field the CLI reads (curator, SFT, an hf executor) that is a relative local folder is made
+    absolute before any backend sees the spec; hub ids and the spec's prompts are as written / absolute."""
+    from twinrun.cliutil import spec_from_cli
+
+    (tmp_path / "m" / "cur").mkdir(parents=True)
+    (tmp_path / "m" / "ex").mkdir()
+    monkeypatch.chdir(tmp_path)
+    spec = spec_from_cli(smoke_spec_path, ["curator.model=m/cur", "sft.model=m/cur", "executor.kind=hf",
+                                           "executor.model=m/ex"])
+    assert (spec.curator.model, spec.sft.model, spec.executor.model) == (
+        str(tmp_path / "m" / "cur"), str(tmp_path / "m" / "cur"), str(tmp_path / "m" / "ex"))
+    assert spec.prompt_path("curator_system").is_absolute()
+    assert spec_from_cli(smoke_spec_path, ["curator.model=Qwen/Qwen3-8B"]).curator.model == "Qwen/Qwen3-8B"

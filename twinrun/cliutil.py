@@ -16,7 +16,16 @@ SetOption = typer.Option([], "--set", help="override a spec field: --set optimiz
 
 
 def spec_from_cli(path: Path, sets: list[str]) -> ExperimentSpec:
-    return load_spec(path, sets)
+    """The spec, with every model field that names a local folder made absolute (as ``--set`` would): verl's
+    trainer and Ray workers load models from other working directories, where a relative folder reads as a hub
+    id. The spec file's own folder and prompts are absolute already (load_spec)."""
+    from twinrun.models import local_or_hub
+
+    spec = load_spec(path, sets)
+    fields = {"curator.model": spec.curator.model, "sft.model": spec.sft.model,
+              "executor.model": spec.executor.model if spec.executor.kind == "hf" else None}
+    local = [f"{k}={local_or_hub(v)}" for k, v in fields.items() if v and local_or_hub(v) != v]
+    return load_spec(path, [*sets, *local]) if local else spec
 
 
 def print_json(obj: Any) -> None:

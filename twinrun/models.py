@@ -376,11 +376,19 @@ def _write_model(
     tokenizer.save_pretrained(path)
 
 
+def local_or_hub(name: str) -> str:
+    """A model name that is a local folder (relative to this process's working directory, as ``from_pretrained``
+    reads it here) becomes absolute: verl's trainer and Ray workers load it from other working directories, where a
+    relative folder would be taken for a hub id. Anything else (a hub id) is returned unchanged."""
+    p = Path(name).expanduser()
+    return str(p.resolve()) if p.is_dir() else name
+
+
 def resolve_model(name: str, cache_dir: str | Path | None) -> str:
     """Map a spec's model name to something ``from_pretrained`` loads: ``tiny-qwen3`` -> the built folder
-    (needs ``cache_dir``), anything else (hub id or path) unchanged."""
+    (needs ``cache_dir``), a local folder -> its absolute path, a hub id unchanged."""
     if name != TINY_QWEN3:
-        return name
+        return local_or_hub(name)
     if cache_dir is None:
         raise TwinrunError(
             f"curator.model: {TINY_QWEN3!r} is built locally and needs a cache folder (fix: pass --cache DIR or set TWINRUN_CACHE)"

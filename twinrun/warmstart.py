@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.errors import TwinrunError
-from twinrun.models import TINY_QWEN3, build_tiny_qwen3
+from twinrun.models import TINY_QWEN3, build_tiny_qwen3, local_or_hub
 
 WARMSTART_VERSION = 1
 
@@ -101,9 +101,10 @@ def resolve_curator_model(
     log: Callable[[str], None] | None = None,
 ) -> str:
     """What ``from_pretrained`` should load for ``spec.curator.model``: the warm-started tiny model for
-    ``tiny-qwen3`` (built and cached under ``cache_dir``), else the name itself (hub id or path)."""
+    ``tiny-qwen3`` (built and cached under ``cache_dir``), else the name itself (a hub id, or a local folder made
+    absolute for verl's child and Ray workers, which run in other working directories)."""
     if spec.curator.model != TINY_QWEN3:
-        return spec.curator.model
+        return local_or_hub(spec.curator.model)
     if cache_dir is None:
         raise TwinrunError(
             f"curator.model: {TINY_QWEN3!r} is built locally and needs a cache folder (fix: pass --cache DIR or set TWINRUN_CACHE)"
