@@ -162,7 +162,8 @@ def sweep_ray(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str | Pa
                             raise cause from None
                         raise
                     except ray.exceptions.RayError as e:  # worker or node lost more often than max_retries
-                        failed[arm] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                        first = (str(e).splitlines() or [""])[0].split(". ")[0]
+                        failed[arm] = f"{type(e).__name__}: {first}"
                         continue
                     outcomes[arm] = ArmOutcome(**got)
     finally:
@@ -172,5 +173,5 @@ def sweep_ray(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str | Pa
         arm, why = next(iter(failed.items()))
         raise InfrastructureError(
             f"--ray: {len(failed)} arm(s) lost their Ray worker or node more than {max_retries} times (first: {arm!r}, "
-            f"{why}); their rows so far are kept (fix: rerun the same command to resume them)")
+            f"{why}) (fix: rerun the same sweep command: it resumes every arm from its rows)")
     return outcomes
