@@ -24,6 +24,19 @@ SCALE_DOWN = ["resources.gpus_per_node=0", "sft.model=tiny-qwen3", "curator.mode
 GOLD = Path(__file__).parent / "data" / "sciworld-gold-mini.jsonl"
 
 
+def _in(folder, fn):
+    """Run fn from `folder`: verl's run gets a relative --out, as `twinrun sft ... --out runs/x` passes it (its child
+    runs in another folder, so every path handed to it must have been made absolute)."""
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return fn()
+    finally:
+        os.chdir(cwd)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from twinrun.backends.trl.sft import train_sft as trl_train
@@ -39,7 +52,7 @@ def runs(tmp_path_factory):
         "spec": spec,
         "prepared": prepared,
         "trl": trl_train(spec, root / "trl", prepared=prepared),
-        "verl": verl_train(spec, root / "verl", prepared=prepared, timeout_s=900),
+        "verl": _in(root, lambda: verl_train(spec, Path("verl"), prepared=prepared, timeout_s=900)),
         "root": root,
     }
     return out

@@ -95,7 +95,7 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
     """Fine-tune under verl; same outputs as the TRL backend (metrics.jsonl, checkpoints/step-NNNNNN,
     ``optimizer_state``: the last ``global_step_N`` folder). ``optimizer_from``: a previous run's
     ``optimizer_state`` whose AdamW moments and step counts this run continues (ROSE)."""
-    out = Path(out)
+    out = Path(out).absolute()  # verl's child runs in another folder: every path it is handed must be absolute
     work = out / "verl"
     prepared = prepared or prepare_sft(spec, cache_dir=cache_dir)
     paths = start_run_dir(out, prepared, "verl", resume=resume)
