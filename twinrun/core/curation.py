@@ -159,6 +159,8 @@ class PositionRecord(BaseModel):
     no_valid_call: bool = False  # the turn applied no valid operation (for algorithm.invalid_penalty)
     judged: list[bool | None] = Field(default_factory=list)
     episode_shared: bool = False  # this position's episode was reused from another rollout of the group
+    episode_started_at: float | None = None  # unix seconds; with episode_wall_s: the episode's interval
+    episode_wall_s: float | None = None
 
 
 class CurationRecord(BaseModel):
@@ -689,6 +691,8 @@ class CurationSession:
                               ok=r.ok, error=r.error) for r in p.op_results],
                 tool_calls=len(p.turn.calls) if p.turn else 0, turn_missing=p.turn_missing,
                 no_valid_call=not any(r.ok for r in p.op_results), judged=p.verdicts, episode_shared=p.episode_shared,
+                episode_started_at=p.episode.record.started_at,  # type: ignore[union-attr]
+                episode_wall_s=p.episode.record.wall_s,  # type: ignore[union-attr]
             )
             for p in self.positions
         ]

@@ -267,6 +267,7 @@ async def play_episode(
     retrieve: optional ``task text -> (skills_text, skill_names)``, called once after reset (the task sentence is
     known only then); it replaces `skills_text`/`skill_names`."""
     t0 = time.perf_counter()
+    started_at = time.time()  # wall clock: intervals of episodes of other processes line up (episodes in flight)
     rng = random.Random(seed)
     turns: list[Turn] = []
     pairs: list[tuple[str, str]] = []
@@ -285,6 +286,7 @@ async def play_episode(
             invalid_actions=int(state["invalid"]),
             retrieved_skills=list(skill_names or []),
             wall_s=round(time.perf_counter() - t0, 6),
+            started_at=round(started_at, 6),
             executor_settings_hash=settings_hash,
             sampling=_sampling_of(policy) if state["calls"] else None,
         )

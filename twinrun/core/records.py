@@ -31,6 +31,7 @@ Outcome = Literal["success", "failure", "unmeasured"]
 
 
 from twinrun.core.errors import TwinrunError
+from twinrun.core.in_flight import step_in_flight
 
 
 class RecordError(TwinrunError, ValueError):
@@ -315,6 +316,7 @@ class EpisodeRecord(_Row):
     invalid_actions: int = 0
     retrieved_skills: list[str] = Field(default_factory=list)
     wall_s: float = 0.0
+    started_at: float | None = None  # unix seconds when the episode began (episodes in flight per step)
     executor_settings_hash: str | None = None
     sampling: SamplingRecord | None = None  # None: a scripted executor, or no executor call was made
 
@@ -362,6 +364,8 @@ class StepMetrics(_Row):
     turns_missing: int | None = None  # positions played without a curator turn (curator.max_missing_turn_share gates it)
     turns_missing_share: float | None = None  # turns_missing / positions of the step
     judge_agreement: float | None = None  # judged correctness == ground truth, over positions with both known
+    episodes_in_flight_mean: float | None = None  # executor episodes running at once, time-weighted (core.in_flight)
+    episodes_in_flight_max: int | None = None
     anchor_singleton_share: float | None = None  # GiGPO: measured position rows alone in their anchor group
     step_adv_nonzero_share: float | None = None  # GiGPO: measured position rows with |A^S| > 1e-9
     tool_calls: int = 0
@@ -492,6 +496,7 @@ def curation_step_metrics(step: int, records: Sequence[dict[str, Any]], *, backe
     positions = [int(r["positions_measured"]) for r in records]
     n_positions = sum(len(r["positions"]) for r in records)
     missing = sum(int(r["turns_missing"]) for r in records)
+    flight_mean, flight_max = step_in_flight(records)
     return StepMetrics(
         step=step,
         backend=backend,
@@ -509,6 +514,8 @@ def curation_step_metrics(step: int, records: Sequence[dict[str, Any]], *, backe
         turns_missing=missing,
         turns_missing_share=(missing / n_positions) if n_positions else None,
         judge_agreement=_judge_agreement(records),
+        episodes_in_flight_mean=round(flight_mean, 4) if flight_mean is not None else None,
+        episodes_in_flight_max=flight_max,
         **_anchor_fields(estimator, records),
         provenance=provenance,
     )
