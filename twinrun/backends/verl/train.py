@@ -140,8 +140,10 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
         if gate:  # core's step gates (raised in the estimator) or an endpoint aborted the step
             kind, message = gate
             error = MissingTurnsError if kind == "MissingTurnsError" else InfrastructureError
-            raise error(f"verl training stopped: {message} (log: {run_log}; --resume continues after "
-                        f"step {_latest_shard_step(dirs)})")
+            # verl's estimator does not know the step; the step after the last one in metrics.jsonl is (as TRL says)
+            trained = [int(r["step"]) for r in read_jsonl(paths.metrics)] if paths.metrics.exists() else []
+            raise error(f"verl training stopped: step {max(trained, default=0) + 1}: {message} (log: {run_log}; "
+                        f"--resume continues after step {_latest_shard_step(dirs)})")
         raise TwinrunError(
             f"verl training: main_ppo exited with code {rc} (fix: see {run_log}; "
             f"--resume continues after step {_latest_shard_step(dirs)})"
