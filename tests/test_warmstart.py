@@ -83,3 +83,23 @@ def test_windows_are_exact_for_the_sliding_window_tiny_model(tiny):
         start = ids.shape[1] - 50 - field
         window = model(ids[:, start:], position_ids=torch.arange(start, ids.shape[1])[None]).logits[0, -50:]
     torch.testing.assert_close(window, full, atol=1e-5, rtol=1e-5)
+
+
+def test_warm_start_key_ignores_where_the_executor_listens_not_what_it_is(tmp_path):
+    """A test server's port (or the key's variable) must not rebuild the cached warm start on every run; the
+    executor's model and decoding must."""
+    from pathlib import Path
+
+    from twinrun.core.spec import load_spec
+    from twinrun.warmstart import warm_start_key
+
+    arm = Path(__file__).resolve().parents[1] / "experiments" / "smoke-cpu.yaml"
+    openai = ["executor.kind=openai", "executor.model=m", "curation.correctness=ground_truth"]
+
+    def key(*extra: str) -> str:
+        return warm_start_key(load_spec(arm, openai + list(extra)), tmp_path / "tiny", WarmStartSettings())
+
+    here = key("executor.base_url=http://127.0.0.1:41001/v1", "executor.api_key_env=KEY_A")
+    assert key("executor.base_url=http://127.0.0.1:52002/v1", "executor.api_key_env=KEY_B") == here
+    assert key("executor.base_url=http://127.0.0.1:41001/v1", "executor.model=other") != here
+    assert key("executor.base_url=http://127.0.0.1:41001/v1", "executor.max_turns=5") != here

@@ -78,7 +78,9 @@ def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
             "executor_input": spec.read_prompt("executor_input"),
             "tool": CURATE_TOOL,
             "environment": spec.environment.model_dump(mode="json", exclude={"workers"}),
-            "executor": spec.executor.model_dump(mode="json", exclude={"concurrency", "timeout_s", "retries"}),
+            # where the endpoint listens (a test server's port) is not what it is: the model name says that
+            "executor": spec.executor.model_dump(mode="json", exclude={"concurrency", "timeout_s", "retries", "base_url",
+                                                                       "api_key_env"}),
             "retrieval": spec.retrieval.model_dump(mode="json"),
             "skills": spec.skills.model_dump(mode="json"),
             "seed": spec.seed,
