@@ -184,6 +184,8 @@ class TurnView:
     expert_plan: list[str] | None
     rng: random.Random
     seed: int
+    task_type: str | None = None  # the game's type (the scripted policy's skill_effect rule reads it)
+    skills_text: str = ""  # the retrieved skills as the prompt shows them
 
 
 class Policy(Protocol):
@@ -310,7 +312,7 @@ async def play_episode(
                 history_window=history, step=step, observation=obs,
             )
             state["calls"] += 1
-            text = await policy.act(messages, TurnView(step, obs, plan, rng, seed))
+            text = await policy.act(messages, TurnView(step, obs, plan, rng, seed, game.task_type, skills_text))
         except InfrastructureError as e:
             return finish("unmeasured", f"executor call {state['calls']}: {e}")
         parsed = parse_action(text)

@@ -3,7 +3,8 @@ three policies, one episode record.
 
 - ``openai`` (:mod:`.openai_http`): any OpenAI-compatible chat endpoint (a vLLM server in real runs).
 - ``hf`` (:mod:`.hf`): local transformers generation.
-- ``scripted`` (:mod:`.scripted`): the expert with probability ``expert_prob``; **plumbing only**.
+- ``scripted`` (:mod:`.scripted`): the expert with probability ``expert_prob`` (+ ``skill_effect`` x the
+  retrieved skills' relevance, :mod:`.skill_effect`); a stand-in, its numbers mean nothing about SkillOS.
 
 Every episode records the decoding its calls carried and what the server applied (:mod:`.sampling`); all async
 work runs on one :class:`BackgroundLoop` (:mod:`.loop`).
@@ -69,7 +70,7 @@ def make_executor(spec: Any, *, prompts: ExecutorPrompts | None = None, api_key:
         prompts = ExecutorPrompts.from_files(spec.prompt_path("executor_system"), spec.prompt_path("executor_input"))
     policy: Any
     if ex.kind == "scripted":
-        policy = ScriptedPolicy(ex.expert_prob)
+        policy = ScriptedPolicy(ex.expert_prob, ex.skill_effect)
     elif ex.kind == "openai":
         key = api_key or (environ or {}).get(ex.api_key_env) or "EMPTY"
         policy = OpenAIPolicy(

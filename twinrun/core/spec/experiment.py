@@ -70,6 +70,11 @@ class ExperimentSpec(_Strict):
                 f"reward.lambda_cnt: {self.reward.lambda_cnt} needs a judge but judge.kind=disabled "
                 "(fix: set reward.lambda_cnt: null to disable r_cnt, or choose a judge)"
             )
+        if self.executor.skill_effect and self.environment.name != "alfworld":
+            raise ValueError(
+                f"executor.skill_effect: {self.executor.skill_effect} has a rule for ALFWorld task types only, not "
+                f"environment.name={self.environment.name} (fix: skill_effect: 0)"
+            )
         judged = "judged" in (self.curation.correctness, self.curation.sweep)
         if judged and self.executor.kind == "openai" and self.prompts.correctness_judge is None:
             raise ValueError(

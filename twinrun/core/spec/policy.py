@@ -102,6 +102,10 @@ class ExecutorSpec(_Strict):
     max_turns: int = Field(30, ge=1)
     history: int = Field(3, ge=0, description="(observation, action) pairs kept in the executor prompt")
     expert_prob: float = Field(1.0, ge=0.0, le=1.0, description="scripted: chance to play the expert action")
+    skill_effect: float = Field(
+        0.0, ge=0.0, le=1.0, description="scripted, ALFWorld: added to expert_prob times the retrieved skills' "
+        "relevance to the game (twinrun.core.executors.skill_effect's rule); 0 = skills ignored",
+    )
     concurrency: int = Field(32, ge=1, description="in-flight executor calls shared by all episodes of a step")
     timeout_s: float = Field(120.0, gt=0)
     retries: int = Field(3, ge=0)
@@ -132,6 +136,12 @@ class ExecutorSpec(_Strict):
             fix = (f"set executor.{own} instead" if own in type(self).model_fields
                    else "remove it: twinrun sets it on every request")
             raise ValueError(f"executor.extra_body: key {clash[0]!r} is a field twinrun sets itself (fix: {fix})")
+        if self.kind != "scripted" and self.skill_effect:
+            raise ValueError(f"executor.skill_effect: {self.skill_effect} applies to executor.kind=scripted only "
+                             "(fix: remove it)")
+        if self.kind == "scripted" and self.expert_prob + self.skill_effect > 1.0 + 1e-12:
+            raise ValueError(f"executor.skill_effect: {self.skill_effect} with expert_prob {self.expert_prob} exceeds "
+                             f"a chance of 1 (fix: at most {1 - self.expert_prob:g})")
         if self.kind == "scripted":
             for name in (*SERVER_DECIDED_FIELDS, "extra_body"):
                 value = getattr(self, name)
