@@ -103,3 +103,21 @@ def test_warm_start_key_ignores_where_the_executor_listens_not_what_it_is(tmp_pa
     assert key("executor.base_url=http://127.0.0.1:52002/v1", "executor.api_key_env=KEY_B") == here
     assert key("executor.base_url=http://127.0.0.1:41001/v1", "executor.model=other") != here
     assert key("executor.base_url=http://127.0.0.1:41001/v1", "executor.max_turns=5") != here
+
+
+def test_warm_start_inserts_vary_in_relevance_under_the_stand_in_rule():
+    """Issue 17: the inserts the warm start teaches differ in what the skill-sensitive scripted executor gets from
+    them, for each demo task type, so the curator's first samples differ in reward."""
+    from twinrun.core.executors.skill_effect import relevance
+    from twinrun.core.skills import parse_skill_md, render_for_prompt
+    from twinrun.warmstart import _op_templates
+
+    for task_type in ("pick", "look"):
+        scores = []
+        for ops in _op_templates(task_type):
+            inserts = [op for op in ops if op["function"] == "new_skill_insert"]
+            for op in inserts:
+                skill = parse_skill_md(op["arguments"]["content"])
+                assert skill.name == op["arguments"]["skill_name"] == f"{task_type}-tips"
+                scores.append(relevance(render_for_prompt([skill]), task_type))
+        assert max(scores) == 1.0 and min(scores) == 0.25 and len(set(scores)) >= 3, (task_type, scores)

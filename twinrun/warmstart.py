@@ -5,7 +5,7 @@ operations, no repo, r_fc = 0 everywhere). Before the first RL step, both backen
 from the same warm-started weights: a few hundred AdamW steps on conversations that look exactly like a curation
 rollout (the spec's curator system prompt, the ``curate`` tool schema from core, real curator inputs chi_i recorded
 from real curation sessions of the spec's environment and executor) whose assistant turns are well-formed
-``curate`` calls. This is a test device, not an experimental knob: it runs only for ``curator.model: tiny-qwen3``,
+``curate`` calls, whose inserts vary in relevance (:data:`SKILL_BODIES`). This is a test device, not an experimental knob: it runs only for ``curator.model: tiny-qwen3``,
 its settings are constants here, and what it did is written to ``warmstart.json`` next to the weights.
 
 Rendering uses TRL's training variant of the Qwen3 template (the one GRPOTrainer itself renders multi-turn
@@ -32,7 +32,7 @@ from typing import Any
 from twinrun.core.errors import TwinrunError
 from twinrun.models import TINY_QWEN3, build_tiny_qwen3, local_or_hub
 
-WARMSTART_VERSION = 1
+WARMSTART_VERSION = 2
 
 # group steps far from any training step, so warm-start transcripts never replay a training task group
 _TRANSCRIPT_STEP0 = 10_000_000
@@ -56,13 +56,27 @@ class WarmStartSettings:
 FINAL_REPLY = "Done."
 
 
+# Skill bodies the warm start writes, of varied relevance to an ALFWorld task type under the scripted stand-in's
+# skill_effect rule (twinrun.core.executors.skill_effect): for pick, the second scores 1, the third 0.55, the first
+# and last 0.25; for look, the third scores 1, the second 0.55. The curator's first samples then differ in what
+# they write and in the reward that follows, so GRPO has a signal to follow (issue 17).
+SKILL_BODIES = (
+    "Check every receptacle.",
+    "Take the object, then put it in the target.",
+    "Take the object and use the lamp.",
+    "Open drawers and look around.",
+)
+
+
 def _op_templates(task_type: str) -> list[list[dict[str, Any]]]:
     """The small, regular set of curator turns the warm start teaches: short calls a 64-wide model can learn
-    in a few hundred steps (GRPO then has valid and invalid calls to tell apart: deleting a missing skill fails)."""
+    in a few hundred steps (GRPO then has valid and invalid calls to tell apart: deleting a missing skill fails;
+    and inserts of varied relevance: :data:`SKILL_BODIES`)."""
     name = f"{task_type}-tips"
-    content = f"---\nname: {name}\ndescription: {task_type} tasks\n---\nCheck every receptacle.\n"
-    insert = [{"function": "new_skill_insert", "arguments": {"skill_name": name, "content": content}}]
-    return [[], insert, insert, insert, [{"function": "skill_delete", "arguments": {"skill_name": name}}]]
+    inserts = [[{"function": "new_skill_insert", "arguments": {
+        "skill_name": name, "content": f"---\nname: {name}\ndescription: {task_type} tasks\n---\n{body}\n"}}]
+        for body in SKILL_BODIES]
+    return [[], *inserts, [{"function": "skill_delete", "arguments": {"skill_name": name}}]]
 
 
 def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
