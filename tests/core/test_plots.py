@@ -66,3 +66,22 @@ def test_report_has_tables_verdicts_flags_and_figures(result: dict, tmp_path: Pa
     assert again["pairs"][0]["verdict"] == result["pairs"][0]["verdict"]
     # a report can be re-rendered from the saved compare.json alone
     assert write_report(tmp_path / "out" / "compare.json", tmp_path / "out2").exists()
+
+
+def test_lift_curves_tick_the_checkpoint_steps(result: dict, tmp_path: Path, monkeypatch) -> None:
+    """The x axis shows the checkpoint steps, not fractional training steps (issue 17)."""
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or Path(path))
+    plots.plot_lift_curves(result, tmp_path / "lift.png")
+    steps = sorted({int(x) for cur in result["runs"].values() for x in cur["checkpoints"]})
+    ticks = list(saved[0].axes[0].get_xticks())
+    assert ticks == steps and all(float(t).is_integer() for t in ticks)
+
+
+def test_report_states_notes_under_the_title(result: dict, tmp_path: Path) -> None:
+    from twinrun.core.executors.skill_effect import stand_in_note
+
+    note = stand_in_note(0.4, 0.6)
+    text = write_report(result, tmp_path / "r", notes=[note], title="t").read_text()
+    assert text.startswith("# t\n\n" + note + "\n\nSource:") and "0.4 + 0.6 x relevance" in note
+    assert "skill-blind" in stand_in_note(0.6, 0.0)

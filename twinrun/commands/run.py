@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -99,7 +100,7 @@ def run(
     t0 = time.time()
     comparison = cmp.compare([sweep_dir], "baseline", cmp.CompareSettings())
     report_path = rep.write_report(comparison, out / "report", metrics={b: d / "metrics.jsonl" for b, d in run_dirs.items()},
-                                   title=f"twinrun: {spec.name}")
+                                   title=f"twinrun: {spec.name}", notes=_executor_notes(spec))
     if spec.tracking.backend != "none":
         log_comparison(comparison, out / "report", sweep_dir, log=say)
     timings["compare+report"] = time.time() - t0
@@ -144,3 +145,12 @@ def seed_runs(spec_path: Path, sets: list[str], backends: list[str], seeds: list
         spec = spec_from_cli(spec_path, sets)
         return [(b, b, spec) for b in backends]
     return [(f"{b}-s{s}", b, spec_from_cli(spec_path, [*sets, f"seed={s}"])) for s in seeds for b in backends]
+
+
+def _executor_notes(spec: Any) -> list[str]:
+    """What a scripted stand-in's numbers mean, stated in the report (issue 17)."""
+    if spec.executor.kind != "scripted":
+        return []
+    from twinrun.core.executors.skill_effect import stand_in_note
+
+    return [stand_in_note(spec.executor.expert_prob, spec.executor.skill_effect)]

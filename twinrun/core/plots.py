@@ -74,6 +74,9 @@ def plot_lift_curves(result: Mapping[str, Any], path: str | Path) -> Path:
                 ax.plot([xi], [yi], marker=marker, ms=8, mfc="white", color=color, zorder=4)
             else:
                 ax.plot([xi], [yi], marker=marker, ms=4, color=color, zorder=3)
+    steps = sorted({int(x) for cur in result["runs"].values() for x in cur.get("checkpoints") or []})
+    if steps:
+        ax.set_xticks(steps)  # the checkpoint steps themselves, never fractional steps
     ax.set_xlabel("checkpoint (training step)")
     ax.set_ylabel("lift over baseline (percentage points)")
     src = "per-game arms" if result.get("source") == "per-game" else "published summaries"
@@ -101,6 +104,7 @@ def plot_peak_distribution(result: Mapping[str, Any], path: str | Path) -> Path:
         xs = [int(k) for k in dist]
         width = 0.8 * (min(b - a for a, b in zip(xs, xs[1:])) if len(xs) > 1 else 1)
         ax.bar(xs, list(dist.values()), width=width, color=color)
+        ax.set_xticks(xs)
         ax.set_ylim(0, 1)
         ax.set_ylabel(run, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
@@ -183,6 +187,8 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 def plot_training_dynamics(metrics: Mapping[str, str | Path], path: str | Path) -> Path:
     """One panel per training quantity, one line per run (label -> metrics.jsonl). Panels with no data are left
     out; a run without a quantity (e.g. a backend that does not report KL) simply has no line there."""
+    from matplotlib.ticker import MaxNLocator
+
     series = {label: read_metrics(p) for label, p in metrics.items()}
     panels = []
     for title, get in _DYNAMICS:
@@ -209,6 +215,7 @@ def plot_training_dynamics(metrics: Mapping[str, str | Path], path: str | Path) 
             xs, ys = zip(*pts)
             ax.plot(xs, ys, color=color, ls=ls, marker=marker if len(xs) < 30 else None, ms=3, lw=1.2, label=label)
         ax.set_title(title, fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # training steps are whole numbers
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     for ax in axes[len(panels):]:

@@ -282,11 +282,13 @@ def _comparison_figures(result: Mapping[str, Any], figdir: Path, rel: str, prefi
 
 
 def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
-                 metrics: Mapping[str, str | Path] | None = None, title: str | None = None) -> Path:
+                 metrics: Mapping[str, str | Path] | None = None, title: str | None = None,
+                 notes: Sequence[str] = ()) -> Path:
     """Write `out_dir/report.md`, `out_dir/compare.json` and the figures under `out_dir/figures/`.
 
     result: a `compare` result dict or the path of a compare.json; metrics: label -> a run's metrics.jsonl for
-    the training-dynamics figure (omitted when None or empty). Returns the report path.
+    the training-dynamics figure (omitted when None or empty); notes: paragraphs shown under the title (e.g. what
+    a stand-in executor's numbers mean). Returns the report path.
     """
     from twinrun.core import plots
 
@@ -309,6 +311,9 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
             plots.plot_training_dynamics(present, figdir / "training_dynamics.png")
             figures["Training dynamics of each run (metrics.jsonl)"] = "figures/training_dynamics.png"
         text = render_comparison(result, figures, title)
+    if notes:
+        head, _, rest = text.partition("\n\n")
+        text = "\n\n".join([head, *notes, rest])
     atomic_write_json(out / "compare.json", dict(result))
     path = out / "report.md"
     atomic_write_text(path, text + "\n")

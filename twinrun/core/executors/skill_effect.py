@@ -3,7 +3,7 @@ retrieved skills are to an ALFWorld game, as one deterministic number in [0, 1].
 LLM**: it exists so the smoke arm's curator checkpoints can differ from the baseline; numbers from it say nothing
 about SkillOS.
 
-The rule (stated in experiments/smoke-cpu.yaml, DIVERGENCES.md E1 and the report):
+The rule (stated in experiments/smoke-cpu.yaml, DIVERGENCES.md A7 and the report):
 
 * A skill's **types** are the ALFWorld task-type names (``pick look clean heat cool pick2``) that occur as words in
   its name and description. Its **type credit** for a game is ``1 / len(types)`` when the game's type is among
@@ -129,3 +129,18 @@ def expert_chance(expert_prob: float, skill_effect: float, skills: str | Sequenc
     r = (relevance(skills, task_type) if isinstance(skills, str)
          else max((relevance_of(s, task_type) for s in skills), default=0.0))
     return min(1.0, expert_prob + skill_effect * r)
+
+
+def stand_in_note(expert_prob: float, skill_effect: float) -> str:
+    """The report's statement of what a scripted executor's numbers mean (and the rule, when skills matter)."""
+    if not skill_effect:
+        return (f"**Executor: scripted stand-in, skill-blind** (expert action with chance {expert_prob:g} per turn, "
+                "else a random admissible action; it ignores the skills). Every arm should equal the baseline; the "
+                "numbers say nothing about SkillOS.")
+    return (f"**Executor: scripted stand-in, skill-sensitive** (no LLM). Each turn it plays ALFWorld's expert "
+            f"action with chance {expert_prob:g} + {skill_effect:g} x relevance, else a random admissible action. "
+            "Relevance is the best retrieved skill's: 1 / (task types named in its name and description) when the "
+            "game's type is among them (else 0), times 0.25 + 0.75 x F1 of the concepts in its body against the "
+            "type's key terms (pick: take, put; look: take, use, lamp; clean, heat, cool: take, put and the verb and "
+            "its tool; navigation words neutral). A lift here shows the harness sees a curator whose skills help "
+            "this rule; it says nothing about SkillOS or an LLM executor.")
