@@ -1,5 +1,6 @@
 # twinrun: `make demo` runs the embedded default arm (experiments/smoke-cpu.yaml) end to end on CPU;
-# `make test` runs the test suite. Both create the one virtual environment first (see README "Environment").
+# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the test suite. All create the one
+# virtual environment first (see README "Environment").
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,6 +8,7 @@ SHARED_ALFWORLD := $(abspath ../shared/data/alfworld)
 ALFWORLD_DATA ?= $(if $(wildcard $(SHARED_ALFWORLD)/json_2.1.1),$(SHARED_ALFWORLD),)
 TWINRUN_CACHE ?= $(abspath .cache/twinrun)
 DEMO_OUT ?= runs/smoke-cpu
+LEARN_OUT ?= runs/learn
 PYTEST_ARGS ?=
 
 export ALFWORLD_DATA TWINRUN_CACHE
@@ -18,7 +20,7 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env demo test test-fast plan bench clean-demo
+.PHONY: env demo learn test test-fast plan bench clean-demo
 
 env: $(VENV)/.installed
 
@@ -36,6 +38,12 @@ demo: env
 	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
 	$(BIN)/twinrun run experiments/smoke-cpu.yaml --out $(DEMO_OUT) --resume
 
+# the CPU learning check (bench/learning.py): both backends train the smoke arm ~20 steps from the same warm start;
+# prints per-step reward per backend, the rise of r_task with its bootstrap interval, and the comparison's verdict
+learn: env
+	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
+	$(BIN)/python bench/learning.py --out $(LEARN_OUT)
+
 test: env
 	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
@@ -47,7 +55,7 @@ plan: env
 	$(BIN)/twinrun plan experiments/skillos-alfworld-qwen3-8b.yaml
 
 bench: env
-	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	for b in $(filter-out bench/learning.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean-demo:
 	rm -rf $(DEMO_OUT)
