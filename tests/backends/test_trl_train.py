@@ -22,7 +22,7 @@ from twinrun.testing.tracker_files import (TEST_PROJECT, check_tracker_matches_m
 pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld]
 
 # this file trains the accumulated shape (one sequence per rollout); per_position: test_*_per_position.py
-ACCUMULATED = ["curator.context=accumulated"]
+ACCUMULATED = ["curator.context=accumulated", "checkpoint_every=2"]  # the demo checkpoints every step; two checkpoints suffice here
 
 
 @pytest.fixture(scope="module")
