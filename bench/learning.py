@@ -89,7 +89,7 @@ def main() -> int:
     print(f"learning check: {SPEC.name} with {' '.join(sets)}; out {a.out}", flush=True)
     t0 = time.time()
     if not a.report_only:
-        cmd = [sys.executable, "-m", "twinrun", "run", str(SPEC), "--out", str(a.out)]
+        cmd = [sys.executable, "-m", "twinrun.cli", "run", str(SPEC), "--out", str(a.out)]
         cmd += [] if a.no_resume else ["--resume"]
         for s in sets:
             cmd += ["--set", s]
