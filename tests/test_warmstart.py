@@ -121,3 +121,34 @@ def test_warm_start_inserts_vary_in_relevance_under_the_stand_in_rule():
                 assert skill.name == op["arguments"]["skill_name"] == f"{task_type}-tips"
                 scores.append(relevance(render_for_prompt([skill]), task_type))
         assert max(scores) == 1.0 and min(scores) == 0.25 and len(set(scores)) >= 3, (task_type, scores)
+
+
+def test_warm_start_inserts_reach_the_executor_of_their_own_type(alfworld_data, smoke_spec_path):
+    """Issue 17: every insert the warm start teaches is BM25-retrieved (the smoke arm's retrieval settings) for the
+    real goals of its type's held-out games, else the stand-in's rule never sees it and a curator writing it earns
+    nothing. The description carries the goals' verb ("put", "examine"); without it a pick skill with a body that
+    lacks "put" and every look skill on an "examine ..." goal are never retrieved."""
+    import random
+
+    from twinrun.core.envs.alfworld import AlfWorldCatalog, AlfWorldEnv
+    from twinrun.core.skills import SkillRepo
+    from twinrun.core.spec import load_spec
+    from twinrun.warmstart import _op_templates
+
+    spec = load_spec(smoke_spec_path)
+    cat, env = AlfWorldCatalog(alfworld_data, "valid_seen"), AlfWorldEnv()
+    try:
+        for task_type in ("pick", "look"):
+            games = cat.games(task_type)
+            random.Random(0).shuffle(games)
+            goals = {env.reset(g).task for g in games[:12]}
+            if task_type == "look":
+                assert any(g.startswith("examine") for g in goals), goals  # both phrasings are covered
+            for ops in _op_templates(task_type):
+                for op in (o for o in ops if o["function"] == "new_skill_insert"):
+                    repo = SkillRepo.for_experiment(spec)
+                    assert repo.new_skill_insert(op["arguments"]["skill_name"], op["arguments"]["content"]).ok
+                    missed = [g for g in goals if not repo.retrieve(g, spec.retrieval.top_k)]
+                    assert not missed, (task_type, op["arguments"]["content"], missed)
+    finally:
+        env.close()
