@@ -18,8 +18,8 @@ way), 2 when the run failed. `--resume` (default) continues an interrupted check
     python bench/learning.py [--steps 20] [--every 5] [--out runs/learn] [--set key=value ...]
 
 The learning settings (spec overrides, stated in every printout): 4 rollouts per group (GRPO needs samples that
-differ), learning rate 1e-4 (the smoke arm's 1e-5 is the paper's rate for an 8B model; a random 64-wide model
-moves little at it).
+differ) and learning rate 1e-4 (the smoke arm's own, stated again so the check does not drift with the demo; the
+paper's 1e-5 is for an 8B model and leaves the tiny curator's samples unchanged).
 """
 
 from __future__ import annotations
