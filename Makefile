@@ -39,7 +39,7 @@ demo: env
 	$(BIN)/twinrun run experiments/smoke-cpu.yaml --out $(DEMO_OUT) --resume
 
 # the CPU learning check (bench/learning.py): both backends train the smoke arm ~20 steps from the same warm start;
-# prints per-step reward per backend, the rise of r_task with its bootstrap interval, and the comparison's verdict
+# prints per-step reward per backend, the rise of r_task with its 95% Welch interval, and the comparison's verdict
 learn: env
 	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
 	$(BIN)/python bench/learning.py --out $(LEARN_OUT)
