@@ -94,7 +94,8 @@ def test_warm_start_key_ignores_where_the_executor_listens_not_what_it_is(tmp_pa
     from twinrun.warmstart import warm_start_key
 
     arm = Path(__file__).resolve().parents[1] / "experiments" / "smoke-cpu.yaml"
-    openai = ["executor.kind=openai", "executor.model=m", "curation.correctness=ground_truth"]
+    openai = ["executor.kind=openai", "executor.skill_effect=0", "executor.model=m",
+              "curation.correctness=ground_truth"]
 
     def key(*extra: str) -> str:
         return warm_start_key(load_spec(arm, openai + list(extra)), tmp_path / "tiny", WarmStartSettings())
