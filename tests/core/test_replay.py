@@ -118,3 +118,62 @@ def test_every_knob_of_the_parity_table_is_a_valid_spec_with_plan_rows(smoke_spe
         status, why = plan_status(load_spec(smoke_spec_path, list(knob.sets)), knob.plan_rows)
         assert status in ("equal", "divergent") and (status == "equal") == (why == "")
     assert plan_status(load_spec(smoke_spec_path), KNOBS[0].plan_rows) == ("equal", "")
+
+
+def _pp_row(step, g, i, step_rewards, *, size=3):
+    """A per_position rollout: one recorded sequence per position; position p's input hash is shared by the
+    group's rollouts at p = 1 (same empty repo) and differs later (GiGPO's exact_input anchors)."""
+    positions = [{"index": p, "game_id": f"game{p}", "correctness": "success", "no_valid_call": False,
+                  "input_hash": f"g{g}p1" if p == 1 else f"g{g}r{i}p{p}", "anchor": "x"} for p in range(1, size + 1)]
+    return {"kind": "curation_rollout", "step": step, "group_index": g, "rollout_index": i, "group_id": f"s{step}g{g}",
+            "reward": {"total": float(sum(step_rewards))}, "positions": positions, "anchors": ["x"] * size,
+            "step_rewards": list(step_rewards),
+            "sequences": [{"prompt_ids": [1, g, i, p], "completion_ids": [5, p], "completion_mask": [1, 1]}
+                          for p in range(1, size + 1)]}
+
+
+@pytest.fixture
+def pp_rows():
+    rng = np.random.default_rng(2)
+    rows = [_pp_row(0, g, i, rng.normal(size=3).round(3).tolist()) for g in range(2) for i in range(2)]
+    rng.shuffle(rows)
+    return rows
+
+
+def test_per_position_rows_in_slot_layout_with_core_row_advantages(tmp_path, smoke_spec_path, pp_rows):
+    from twinrun.core.training_rows import rollout_rows, row_advantages
+
+    spec = load_spec(smoke_spec_path, ["curator.context=per_position"])
+    (step,) = load_replay(_write(tmp_path / "r.jsonl", pp_rows), spec)
+    # row r*|G| + (p-1) of a group's block = (rollout r, position p): TRL's slot layout, verl's agent-loop order
+    assert [(r.group_id, r.rollout_index, r.position) for r in step.rows] == [
+        (f"s0g{g}", i, p) for g in range(2) for i in range(2) for p in (1, 2, 3)]
+    assert all(r.prompt_ids[1:3] == (int(r.group_id[-1]), r.rollout_index) and r.prompt_ids[3] == r.position
+               for r in step.rows)
+    by = {(r["group_id"], r["rollout_index"]): r for r in pp_rows}
+    scores = [s for g in range(2) for i in range(2) for s in rollout_rows(
+        f"s0g{g}", f"s0g{g}#{i}", total=by[(f"s0g{g}", i)]["reward"]["total"],
+        step_rewards=by[(f"s0g{g}", i)]["step_rewards"], anchors=["x"] * 3, position_valid=[True] * 3)]
+    assert np.allclose([r.advantage for r in step.rows], row_advantages(spec.algorithm, scores))
+    # outcome estimator: every row of a rollout carries the rollout's advantage
+    assert all(len({r.advantage for r in step.rows[k:k + 3]}) == 1 for k in range(0, 12, 3))
+
+
+def test_per_position_gigpo_gives_position_advantages(tmp_path, smoke_spec_path, pp_rows):
+    grpo = load_spec(smoke_spec_path, ["curator.context=per_position"])
+    gigpo = load_spec(smoke_spec_path, ["curator.context=per_position", "algorithm.estimator=gigpo",
+                                        "algorithm.gigpo.anchor=exact_input"])
+    path = _write(tmp_path / "r.jsonl", pp_rows)
+    (a,), (b,) = load_replay(path, grpo), load_replay(path, gigpo)
+    adv_a, adv_b = np.array([r.advantage for r in a.rows]), np.array([r.advantage for r in b.rows])
+    assert not np.allclose(adv_a, adv_b)  # what TRL would recompute from the rewards is not what GiGPO trains on
+    assert any(len({r.advantage for r in b.rows[k:k + 3]}) > 1 for k in range(0, 12, 3))
+
+
+def test_shape_mismatches_are_refused(tmp_path, smoke_spec_path, pp_rows):
+    acc = load_spec(smoke_spec_path, ["curator.context=accumulated"])
+    with pytest.raises(TwinrunError, match="3 sequences recorded.*curator.context"):
+        load_replay(_write(tmp_path / "r.jsonl", pp_rows), acc)
+    with pytest.raises(TwinrunError, match="algorithm.estimator: 'gigpo'.*per_position"):
+        load_replay(_write(tmp_path / "r.jsonl", pp_rows), load_spec(
+            smoke_spec_path, ["curator.context=accumulated", "algorithm.estimator=gigpo"]))

@@ -2,9 +2,18 @@
 
 A training run's ``rollouts.jsonl`` holds, per curation rollout, the token ids the backend trained on
 (``sequences``, records.SequenceTokens), its reward and its task group. :func:`load_replay` turns the file into
-one :class:`ReplayStep` per recorded training step: the rollouts in the layout both frameworks use (task groups
-in sampler order, each group's rollouts contiguous, by rollout index), each with the advantage core's
-``compute_advantages`` gives it under the spec's ``algorithm`` (the same call both backends make in training).
+one :class:`ReplayStep` per recorded training step: the training rows in the layout both frameworks use (task
+groups in sampler order, each group's rollouts contiguous, by rollout index), each with the advantage core gives
+it under the spec's ``algorithm`` (the same call both backends make in training):
+
+- ``curator.context: accumulated``: one row per rollout (its one sequence), advantage from
+  ``compute_advantages``;
+- ``curator.context: per_position``: |G| rows per rollout (``sequences`` holds one per position, in position
+  order), row ``r*|G| + (p-1)`` of a group's block = (rollout r, position p) as TRL's slot layout and verl's
+  agent loop lay them out; advantages from :func:`~twinrun.core.training_rows.row_advantages` (outcome
+  estimators: the rollout's advantage on each of its rows; GiGPO: each position's ``A^E + omega A^S``, from the
+  recorded step rewards and the anchors re-keyed to the spec's ``algorithm.gigpo.anchor``).
+
 Both trainers then get the same prompts, the same completion tokens, the same loss masks and the same
 advantages; only their update math differs.
 """
@@ -20,13 +29,16 @@ from typing import Any
 import numpy as np
 
 from twinrun.core.advantages import compute_advantages
+from twinrun.core.anchors import record_anchors
 from twinrun.core.errors import TwinrunError
 from twinrun.core.records import SequenceTokens, read_jsonl
+from twinrun.core.training_rows import rollout_rows, row_advantages
 
 
 @dataclass(frozen=True)
 class ReplayRow:
-    """One recorded curation rollout, ready to train on."""
+    """One training row of a recorded curation rollout (the whole rollout, or one position of it), ready to
+    train on."""
 
     group_id: str
     rollout_index: int
@@ -35,6 +47,7 @@ class ReplayRow:
     completion_mask: tuple[int, ...]  # 1 = curator token (carries the loss), 0 = tool result
     reward: float | None  # None = unmeasured (advantage 0)
     advantage: float
+    position: int | None = None  # 1..|G| (per_position); None: the accumulated rollout
 
     @property
     def loss_tokens(self) -> int:
@@ -44,7 +57,7 @@ class ReplayRow:
 @dataclass(frozen=True)
 class ReplayStep:
     """One recorded training step: ``rows`` in group-contiguous order (what TRL's sampler and verl's
-    ``rollout.n`` produce)."""
+    ``rollout.n`` produce; per_position: each rollout's positions contiguous, in order)."""
 
     step: int  # core's 0-based task-group step
     rows: tuple[ReplayRow, ...]
@@ -55,11 +68,12 @@ class ReplayStep:
 
 
 def check_replayable(spec: Any) -> None:
-    """`twinrun parity` replays one accumulated sequence per rollout; a per_position spec is refused (one line)."""
-    if spec.curator.context != "accumulated":
+    """What `twinrun parity` cannot replay, refused in one line: GiGPO on the accumulated shape (its per-turn
+    advantages would need each turn's token span, which is not recorded)."""
+    if spec.algorithm.estimator == "gigpo" and spec.curator.context != "per_position":
         raise TwinrunError(
-            f"curator.context: {spec.curator.context!r} is not replayed by `twinrun parity` (it replays one "
-            "accumulated sequence per rollout; fix: --set curator.context=accumulated)"
+            "algorithm.estimator: 'gigpo' is replayed with curator.context per_position only (the accumulated "
+            "sequence's per-turn token spans are not recorded; fix: --set curator.context=per_position)"
         )
 
 
@@ -73,11 +87,6 @@ def load_replay(path: str | Path, spec: Any, *, steps: int | None = None) -> lis
     p = Path(path)
     if not p.is_file():
         raise TwinrunError(f"--rollouts: {p} does not exist (fix: a training run's rollouts.jsonl)")
-    if spec.algorithm.estimator == "gigpo":
-        raise TwinrunError(
-            "algorithm.estimator: 'gigpo' is not replayed (its per-position token spans are not recorded; fix: "
-            "grpo, dr_grpo or rloo for `twinrun parity`)"
-        )
     by_step: dict[int, list[dict[str, Any]]] = {}
     for row in read_jsonl(p):
         if row.get("kind") != "curation_rollout":
@@ -110,6 +119,8 @@ def _step(path: Path, step: int, rows: list[dict[str, Any]], spec: Any, want: in
                 f"{path}: step {step} rows {start}..{start + per_group - 1} are not one task group's rollouts "
                 f"0..{per_group - 1} (fix: batch.rollouts_per_group must match the run)"
             )
+    if spec.curator.context == "per_position":
+        return ReplayStep(step=step, rows=_position_rows(path, step, rows, spec))
     seqs = [_sequence(path, step, r) for r in rows]
     rewards = [_reward(r) for r in rows]
     valid = [all(not p.get("no_valid_call", False) for p in r.get("positions", [])) for r in rows]
@@ -126,7 +137,39 @@ def _step(path: Path, step: int, rows: list[dict[str, Any]], spec: Any, want: in
     return ReplayStep(step=step, rows=out)
 
 
+def _position_rows(path: Path, step: int, rows: list[dict[str, Any]], spec: Any) -> tuple[ReplayRow, ...]:
+    """per_position: |G| rows per rollout with core's per-row advantages (the call both backends make)."""
+    g = spec.environment.group_size
+    gg = spec.algorithm.gigpo
+    gigpo = spec.algorithm.estimator == "gigpo"
+    scores, seqs, rewards = [], [], []
+    for r in rows:
+        where = f"{path}: step {step} group {r.get('group_id')} rollout {r.get('rollout_index')}"
+        if len(r["positions"]) != g:
+            raise TwinrunError(f"{where}: {len(r['positions'])} positions, the spec's environment.group_size is {g} "
+                               "(fix: the spec the run was trained with)")
+        seqs += _sequences(path, step, r, g)
+        total = _reward(r)
+        rewards += [total] * g
+        anchors = record_anchors(r, gg.anchor, gg.anchor_match) if gigpo else list(r.get("anchors") or [None] * g)
+        scores += rollout_rows(str(r["group_id"]), f"{r['group_id']}#{r['rollout_index']}", total=total,
+                               step_rewards=(r.get("step_rewards") or []) if total is not None else [],
+                               anchors=anchors, position_valid=[not p.get("no_valid_call", False) for p in r["positions"]])
+    adv = row_advantages(spec.algorithm, scores)
+    return tuple(
+        ReplayRow(group_id=sc.group_id, rollout_index=int(sc.rollout.rsplit("#", 1)[1]), prompt_ids=tuple(s.prompt_ids),
+                  completion_ids=tuple(s.completion_ids), completion_mask=tuple(s.completion_mask), reward=x,
+                  advantage=float(a), position=sc.position)
+        for sc, s, x, a in zip(scores, seqs, rewards, adv, strict=True)
+    )
+
+
 def _sequence(path: Path, step: int, row: dict[str, Any]) -> SequenceTokens:
+    return _sequences(path, step, row, 1)[0]
+
+
+def _sequences(path: Path, step: int, row: dict[str, Any], want: int) -> list[SequenceTokens]:
+    """The rollout's recorded training sequences: ``want`` of them (1 accumulated, |G| per_position)."""
     seqs = row.get("sequences")
     where = f"{path}: step {step} group {row.get('group_id')} rollout {row.get('rollout_index')}"
     if not seqs:
@@ -134,15 +177,21 @@ def _sequence(path: Path, step: int, row: dict[str, Any]) -> SequenceTokens:
             f"{where}: no 'sequences' (token ids) recorded (fix: a run trained with this twinrun version; older "
             "rollouts.jsonl files do not record tokens)"
         )
-    if len(seqs) != 1:
-        raise TwinrunError(f"{where}: {len(seqs)} sequences per rollout; replay handles one (accumulated context)")
-    try:
-        seq = SequenceTokens.model_validate(seqs[0])
-    except ValueError as e:
-        raise TwinrunError(f"{where}: sequences[0] is malformed ({str(e).splitlines()[-1].strip()})") from None
-    if not seq.prompt_ids or not any(seq.completion_mask):
-        raise TwinrunError(f"{where}: an empty prompt or no curator token (fix: a run whose curator generated)")
-    return seq
+    if len(seqs) != want:
+        shape = "per_position: one per position" if want > 1 else "accumulated: one per rollout"
+        raise TwinrunError(f"{where}: {len(seqs)} sequences recorded, the spec's curator.context wants {want} ({shape}; "
+                           "fix: the spec's curator.context must be the one the run was trained with)")
+    out = []
+    for i, raw in enumerate(seqs):
+        try:
+            seq = SequenceTokens.model_validate(raw)
+        except ValueError as e:
+            raise TwinrunError(f"{where}: sequences[{i}] is malformed ({str(e).splitlines()[-1].strip()})") from None
+        if not seq.prompt_ids or not any(seq.completion_mask):
+            raise TwinrunError(f"{where}: sequences[{i}]: an empty prompt or no curator token (fix: a run whose "
+                               "curator generated)")
+        out.append(seq)
+    return out
 
 
 def _reward(row: dict[str, Any]) -> float | None:
@@ -158,7 +207,9 @@ def describe(steps: Sequence[ReplayStep]) -> str:
     rows = [r for s in steps for r in s.rows]
     toks = sum(len(r.completion_ids) for r in rows)
     loss = sum(r.loss_tokens for r in rows)
-    return (f"{len(steps)} step(s) x {len(steps[0].rows) if steps else 0} rollouts, {toks} completion tokens "
+    per_position = bool(rows) and rows[0].position is not None
+    unit = "rows (one per rollout and position)" if per_position else "rollouts"
+    return (f"{len(steps)} step(s) x {len(steps[0].rows) if steps else 0} {unit}, {toks} completion tokens "
             f"({loss} curator tokens carry the loss)")
 
 

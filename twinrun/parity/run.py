@@ -37,9 +37,10 @@ LATER_FACTOR = 10  # updates after the first must stay within 10 x tol (they inh
 BACKENDS = ("trl", "verl")
 
 
-def comparison_steps(spec: Any, recorded: int | None = None) -> list[int]:
-    """The training steps after which the weights are compared: 1 and 3 (fewer when the run is shorter)."""
-    last = min(3, spec.steps if recorded is None else recorded)
+def comparison_steps(spec: Any, recorded: int | None = None, most: int = 3) -> list[int]:
+    """The training steps after which the weights are compared: 1 and 3 (fewer when the run is shorter, or
+    ``most`` asks for fewer)."""
+    last = min(max(1, most), spec.steps if recorded is None else recorded)
     return sorted({1, last})
 
 
@@ -76,15 +77,17 @@ def run_parity(
     log: Callable[[str], None] = print,
     verl_timeout_s: float = 900,
     model: str | Path | None = None,
+    steps: int = 3,
 ) -> dict[str, Any]:
     """Replay ``rollouts`` through both trainers under ``spec`` and compare. Writes ``out_dir/parity.json``.
-    ``model``: the local HF checkpoint both start from (default: the spec's curator, warm-started if tiny)."""
+    ``model``: the local HF checkpoint both start from (default: the spec's curator, warm-started if tiny);
+    ``steps``: training steps replayed (at most the recorded ones)."""
     from twinrun.backends import registry
     from twinrun.warmstart import resolve_curator_model
 
     out = Path(out_dir)
     recorded = _recorded_steps(Path(rollouts))
-    save_after = comparison_steps(spec, recorded or None)
+    save_after = comparison_steps(spec, recorded or None, steps)
     steps = load_replay(rollouts, spec, steps=max(save_after))
     if model is None:
         model = resolve_curator_model(spec, cache_dir, environ=dict(os.environ), log=log)

@@ -3,8 +3,10 @@
 TRL's own hook for bringing your own rollouts is ``GRPOTrainer(rollout_func=...)``: it receives the prompts of a
 generation batch and returns their prompt ids, completion ids and (optionally) an ``env_mask`` (1 = model token,
 0 = environment token), which TRL applies as its tool mask. :func:`replay` hands it the recorded tokens of each
-training step (core's :mod:`twinrun.core.replay`), a reward function hands back the recorded rewards, and core's
-advantages replace TRL's (the production backend does the same, `trainer.TwinrunGRPOTrainer`). Everything after
+training step (core's :mod:`twinrun.core.replay`; per_position: one row per (rollout, position) in TRL's slot
+layout, ``num_generations = N x |G|`` as in training), a reward function hands back the recorded rewards, and core's
+advantages replace TRL's (the production backend does the same, `trainer.TwinrunGRPOTrainer` and
+`per_position.PerPositionGRPOTrainer`; under GiGPO TRL's own group statistics would differ). Everything after
 that is TRL's: its batch layout and shuffling, old/reference log-probs, ``_compute_loss`` for the spec's
 ``loss_type``, gradient accumulation, clipping, AdamW and the LR schedule, all from the same ``GRPOConfig``
 keyword arguments ``twinrun plan`` shows (forced to fp32 on CPU).
@@ -100,13 +102,15 @@ def replay(
         if list(prompts) != [r.group_id for r in rows]:
             raise TwinrunError(f"trl replay: step {k + 1} was handed groups {prompts}, recorded {steps[k].group_ids} "
                                "(fix: keep shuffle_dataset=False and TRL's RepeatSampler layout)")
-        return {
+        out_rows = {
             "prompt_ids": [list(r.prompt_ids) for r in rows],
             "completion_ids": [list(r.completion_ids) for r in rows],
             "logprobs": None,  # sampling log-probs are not used by the update (no vLLM correction)
-            "env_mask": [list(r.completion_mask) for r in rows],
             "twinrun_reward": [r.reward for r in rows],
         }
+        if rows[0].position is None:  # accumulated: tool results inside the completion (per_position has none)
+            out_rows["env_mask"] = [list(r.completion_mask) for r in rows]
+        return out_rows
 
     def recorded_reward(prompts: Any, completions: Any, twinrun_reward: list[float | None], **_: Any) -> list[Any]:
         return list(twinrun_reward)
@@ -162,7 +166,8 @@ def replay(
                           str(path))
                 state["weights"][g // updates_per_step] = str(path)
 
-    rows = [{"prompt": r.group_id} for s in steps for r in s.rows[:: spec.batch.rollouts_per_group]]
+    # one dataset row per task group; TRL's sampler repeats it num_generations (N, or N x |G| per_position) times
+    rows = [{"prompt": r.group_id} for s in steps for r in s.rows[:: kwargs["num_generations"]]]
     t0 = time.perf_counter()
     trainer = ReplayGRPOTrainer(
         model=str(model_path),

@@ -20,7 +20,8 @@ a rollout server and a TransferQueue per run (~60 s each on 2 cores), which woul
 out of the test budget. The rows are laid out as verl's agent-loop worker stores them
 (``AgentLoopWorkerTQ._agent_loop_postprocess``: prompts, responses, response_mask = loss_mask, input_ids,
 position_ids), group-contiguous in rollout order: with one data-parallel rank verl's ``_balance_batch`` keeps that
-order (its one partition is sorted).
+order (its one partition is sorted). per_position: one row per (rollout, position), each rollout's positions in
+order (what ``position_loop.run_per_position`` returns), the mini-batch counted in rows as ``rows_trainer`` does.
 
 The only code of twinrun's in the child besides data feeding is observation: a wrapper around verl's policy-loss
 function (it records the per-token log-ratios verl saw, then calls verl's function unchanged) and a torch
@@ -81,8 +82,11 @@ def replay(
     lines go to ``log``; its whole output to ``out_dir/verl-replay.log``. Returns the per-update observations."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    from twinrun.backends.verl.compile import rows_per_rollout
+
     job = {
         "overrides": replay_overrides(spec, model_path),
+        "rows_per_rollout": rows_per_rollout(spec),
         "steps": [[_row_json(r) for r in s.rows] for s in steps],
         "save_after": [int(k) for k in save_after],
         "out_dir": str(out),
@@ -276,12 +280,14 @@ def _worker(job_path: str) -> None:
             tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False)
             rlp = ref.compute_ref_log_prob(td)
             td["ref_log_prob"] = response_from_nested(rlp["log_probs"], td["response_mask"])
-        # 3. core's advantage on every response token (what the twinrun_* estimators return)
+        # 3. core's advantage on every response token (what the twinrun_* estimators return; per_position GiGPO:
+        #    the row's position advantage)
         mask = td["response_mask"].to_padded_tensor(0).float()
         adv = torch.tensor([r["advantage"] for r in rows], dtype=torch.float32).unsqueeze(-1) * mask
         td["advantages"] = response_to_nested(adv, td["response_mask"])
-        # 4. the update (trainer_base._update_actor's extra_info)
-        mini = int(arr.actor.ppo_mini_batch_size) * n
+        # 4. the update (trainer_base._update_actor's extra_info; per_position: rows_trainer.RowsTrainer counts
+        #    the mini-batch in rows, ppo_mini_batch_size x rollout.n x |G|)
+        mini = int(arr.actor.ppo_mini_batch_size) * n * int(job.get("rows_per_rollout", 1))
         tu.assign_non_tensor(
             td, calculate_entropy=bool(arr.actor.get("calculate_entropy", False) or arr.actor.entropy_coeff != 0.0),
             distillation_use_topk=False, distillation_only=False, global_batch_size=mini, mini_batch_size=mini,
