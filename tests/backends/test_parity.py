@@ -3,7 +3,12 @@
 update (ActorRolloutRefWorker in a one-process gloo world) from the same warm-started tiny curator; the weight
 updates agree to the tolerance where `plan` says the knobs are equal, and differ as DIVERGENCES predicts where not.
 
-The recording is cached under the test cache (TWINRUN_TEST_CACHE) by spec hash, like the warm start.
+Both context shapes: the smoke spec as is (``curator.context: per_position``, one row per rollout and position)
+and ``accumulated`` (one sequence per rollout, tool results masked). GiGPO is replayed on the per_position
+recording (its per-position advantages are not what TRL would compute from the rewards, so it guards the replay's
+use of core's advantages), one training step: update 1's gradient is the verdict.
+
+The recordings are cached under the test cache (TWINRUN_TEST_CACHE) by spec hash, like the warm start.
 
 Tolerances: the verdict is the gradient the first optimizer update applies (identical weights and data on both
 sides), and it must meet the default ``--tol`` (1e-4 in fp32; measured 6.9e-5). Later updates differentiate weights
@@ -12,7 +17,7 @@ that AdamW already moved apart (1.2e-4 measured; checked at 1e-3), and the weigh
 is ~1e-8 (DIVERGENCES B15; ~2e-3 on the smoke arm; weight decay on norm weights gave 1.2e-2 in a group, a
 different mini-batch composition O(1)).
 
-One recording and one comparison (module-scoped fixtures) serve every test here."""
+One recording per shape and one comparison per spec (module-scoped fixtures) serve every test here."""
 
 from __future__ import annotations
 
@@ -84,3 +89,98 @@ def test_smoke_spec_updates_agree_in_fp32(report):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     # update 1 is on-policy: both saw ratio 1 on every token
     assert trl[0]["ratio"]["abs_log_max"] < 1e-5 and verl[0]["ratio"]["abs_log_max"] < 1e-5
+
+
+# ---- the smoke spec as is: curator.context per_position (its default), and GiGPO on the same recording
+
+
+@pytest.fixture(scope="module")
+def per_position(smoke_spec_path):
+    spec = load_spec(smoke_spec_path)
+    assert spec.curator.context == "per_position" and spec.algorithm.estimator == "grpo" and spec.kl.coef == 0
+    return spec
+
+
+@pytest.fixture(scope="module")
+def recorded_pp(per_position, cache_dir, alfworld_data):
+    from twinrun.parity.run import record_rollouts
+
+    return record_rollouts(per_position, cache_dir, cache_dir / "parity-recordings", log=print)
+
+
+def test_per_position_run_records_one_sequence_per_position(recorded_pp, per_position):
+    rows = [r for r in read_jsonl(recorded_pp) if r["kind"] == "curation_rollout"]
+    assert len(rows) == per_position.steps * per_position.batch.trajectories
+    for r in rows:
+        assert len(r["sequences"]) == per_position.environment.group_size
+        for seq in r["sequences"]:  # one curator turn per row: every completion token carries the loss
+            assert seq["prompt_ids"] and seq["completion_mask"] == [1] * len(seq["completion_ids"])
+
+
+@pytest.fixture(scope="module")
+def report_pp(recorded_pp, per_position, cache_dir, tmp_path_factory):
+    from twinrun.parity.run import run_parity
+
+    return run_parity(per_position, recorded_pp, tmp_path_factory.mktemp("parity-pp"), cache_dir=cache_dir, log=print)
+
+
+def test_default_spec_per_position_gradients_agree_to_the_default_tol(report_pp, per_position):
+    from twinrun.parity.run import DEFAULT_TOL
+
+    rows = per_position.batch.trajectories * per_position.environment.group_size
+    assert report_pp["replayed"].startswith(f"3 step(s) x {rows} rows")
+    assert sorted(report_pp["grads"], key=int) == ["1", "2", "3"]
+    assert report_pp["passed"] and report_pp["rel_diff"] <= DEFAULT_TOL, report_pp["grads"]["1"]["total"]
+    for u, diff in report_pp["grads"].items():
+        assert diff["total"]["norm_trl"] > 0 and diff["total"]["rel_diff"] < 10 * DEFAULT_TOL, (u, diff["total"])
+    assert report_pp["max_weight_rel_diff"] < WEIGHT_TOL
+    for a, b in zip(report_pp["updates"]["trl"], report_pp["updates"]["verl"], strict=True):
+        assert a["ratio"]["tokens"] == b["ratio"]["tokens"] > 0
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+
+
+@pytest.fixture(scope="module")
+def gigpo(smoke_spec_path):
+    return load_spec(smoke_spec_path, ["algorithm.estimator=gigpo"])
+
+
+def test_gigpo_advantages_are_not_what_trl_would_compute(recorded_pp, per_position, gigpo):
+    """The guard below is only a guard if GiGPO's row advantages differ from the outcome advantages TRL derives
+    from the rewards itself (and both backends reproduce per rollout)."""
+    import numpy as np
+
+    from twinrun.core.replay import load_replay
+
+    (a,), (b,) = load_replay(recorded_pp, per_position, steps=1), load_replay(recorded_pp, gigpo, steps=1)
+    adv_a, adv_b = np.array([r.advantage for r in a.rows]), np.array([r.advantage for r in b.rows])
+    assert np.abs(adv_a - adv_b).max() > 0.05, (adv_a, adv_b)
+
+
+def test_gigpo_gradients_agree_with_core_advantages_in_both_trainers(recorded_pp, gigpo, cache_dir, tmp_path_factory):
+    """Fails when either replay trains on other advantages than core's: cut TRL's override (TRL then recomputes
+    GRPO advantages from the rewards) and update 1's gradients differ by O(1)."""
+    from twinrun.parity.run import DEFAULT_TOL, run_parity
+
+    report = run_parity(gigpo, recorded_pp, tmp_path_factory.mktemp("parity-gigpo"), cache_dir=cache_dir, log=print,
+                        steps=1)
+    assert sorted(report["grads"], key=int) == ["1"]
+    assert report["passed"] and report["rel_diff"] <= DEFAULT_TOL, report["grads"]["1"]["total"]
+
+
+def test_knobs_plan_calls_equal_reach_the_tolerance_per_position(recorded_pp, smoke_spec_path, cache_dir,
+                                                                 tmp_path_factory):
+    """Every knob of the parity table that `plan` calls equal (besides the spec as is, above) meets the default tol
+    on the default shape, one training step each (update 1's gradient; epochs 2: both of step 1's updates). A FAIL
+    here is a bug in `plan` or a backend. Found this way: verl's loss_scale_factor was pinned to the whole-completion
+    cap (3072) while TRL's dr_grpo divides by one row's cap (max_response_tokens, 96) under per_position, so
+    seq_mean_token_sum's gradients differed 32x (B5)."""
+    from twinrun.parity.knobs import KNOBS, plan_status, run_knob_table
+    from twinrun.parity.run import DEFAULT_TOL
+
+    equal = [k for k in KNOBS[1:] if plan_status(load_spec(smoke_spec_path, list(k.sets)), k.plan_rows)[0] == "equal"]
+    assert {"seq_mean_token_sum", "seq_mean_token_mean", "epochs 2"} <= {k.name for k in equal}
+    rows = run_knob_table(smoke_spec_path, [], recorded_pp, tmp_path_factory.mktemp("parity-knobs"),
+                          cache_dir=cache_dir, tol=DEFAULT_TOL, knobs=equal, log=print, steps=1)
+    measured = {r["knob"]: (r["grad_rel_diff"], r["grad_rel_diff_worst"], r["verdict"]) for r in rows}
+    print("equal knobs, per_position, step 1:", measured)
+    assert all(v == "pass" for _, _, v in measured.values()), measured

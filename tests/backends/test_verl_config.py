@@ -122,3 +122,17 @@ def test_workers_that_do_not_divide_an_update_are_refused(repo_root):
     compile_spec(load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["resources.processes=4"]))
     with pytest.raises(TwinrunError, match="resources.processes: 3 != nodes x gpus_per_node = 2"):
         load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["resources.gpus_per_node=2", "resources.processes=3"])
+
+
+@pytest.mark.parametrize("context", ["accumulated", "per_position"])
+def test_seq_mean_token_sum_divides_by_trls_max_completion_length(repo_root, context):
+    """B5: verl's seq-mean-token-sum-norm divides by loss_scale_factor, TRL's dr_grpo by max_completion_length, one
+    training row's cap in both shapes (per_position: one turn's). Measured by `twinrun parity` when it was the whole
+    completion's under per_position: update 1's gradient 0.97 apart (32x); this holds the two constants together."""
+    pytest.importorskip("trl")
+    from twinrun.backends.trl.compile import compile_spec as trl_compile
+
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml",
+                     [f"curator.context={context}", "algorithm.loss_aggregation=seq_mean_token_sum"])
+    verl_factor = compile_spec(spec).config["actor_rollout_ref.actor.loss_scale_factor"]
+    assert verl_factor == trl_compile(spec).config["max_completion_length"] == spec.curator.training_completion_tokens

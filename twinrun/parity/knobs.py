@@ -63,9 +63,11 @@ def run_knob_table(
     knobs: Sequence[Knob] = KNOBS,
     log: Callable[[str], None] = print,
     model: str | Path | None = None,
+    steps: int = 3,
 ) -> list[dict[str, Any]]:
     """One parity comparison per knob (the spec plus the knob's overrides), on the same recorded rollouts; the
-    rows so far are rewritten to ``out_dir/knobs.json`` after each knob (a cut-short table keeps its rows)."""
+    rows so far are rewritten to ``out_dir/knobs.json`` after each knob (a cut-short table keeps its rows).
+    ``steps``: training steps replayed per knob (run_parity's)."""
     from twinrun.parity.run import run_parity
 
     rows = []
@@ -74,7 +76,7 @@ def run_knob_table(
         status, why = plan_status(spec, knob.plan_rows)
         log(f"parity knobs: [{i + 1}/{len(knobs)}] {knob.name} (plan: {status})")
         report = run_parity(spec, rollouts, Path(out_dir) / f"{i:02d}", cache_dir=cache_dir, tol=tol, log=log,
-                            model=model)
+                            model=model, steps=steps)
         steps = sorted(report["steps"], key=int)
         first, last = report["steps"][steps[0]]["total"], report["steps"][steps[-1]]["total"]
         passed = report["passed"]

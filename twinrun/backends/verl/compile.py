@@ -97,8 +97,9 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         f"{A}.policy_loss.loss_mode": "vanilla",
         f"{A}.loss_agg_mode": LOSS_AGG[spec.algorithm.loss_aggregation],
         # seq-mean-token-sum-norm divides by loss_scale_factor, default the micro-batch's padded length; TRL's
-        # dr_grpo divides by max_completion_length: pin the same constant (found by `twinrun parity`, DIVERGENCES B5)
-        **({f"{A}.loss_scale_factor": spec.curator.max_completion_tokens}
+        # dr_grpo divides by max_completion_length: pin the same constant (found by `twinrun parity`, DIVERGENCES B5;
+        # per_position: one row's cap, max_response_tokens, as TRL's max_completion_length)
+        **({f"{A}.loss_scale_factor": spec.curator.training_completion_tokens}
            if spec.algorithm.loss_aggregation == "seq_mean_token_sum" else {}),
         f"{A}.clip_ratio_low": spec.clip.low,
         f"{A}.clip_ratio_high": spec.clip.high,
