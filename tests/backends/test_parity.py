@@ -157,30 +157,33 @@ def test_gigpo_advantages_are_not_what_trl_would_compute(recorded_pp, per_positi
 
 
 def test_gigpo_gradients_agree_with_core_advantages_in_both_trainers(recorded_pp, gigpo, cache_dir, tmp_path_factory):
-    """Fails when either replay trains on other advantages than core's: cut TRL's override (TRL then recomputes
-    GRPO advantages from the rewards) and update 1's gradients differ by O(1)."""
+    """Fails when either replay trains on other advantages than core's. Cut checks (update 1's gradient): TRL's
+    override removed (TRL recomputes GRPO advantages from the rewards) 0.43; verl given each rollout's first
+    position's advantage on all its rows 0.65. Uncut: 1.03e-4, per_position's fp32 floor (the spec as is reads
+    9.99e-5), hence 2 x tol here: this test guards the advantages, the spec-as-is test above the default tol."""
     from twinrun.parity.run import DEFAULT_TOL, run_parity
 
     report = run_parity(gigpo, recorded_pp, tmp_path_factory.mktemp("parity-gigpo"), cache_dir=cache_dir, log=print,
                         steps=1)
     assert sorted(report["grads"], key=int) == ["1"]
-    assert report["passed"] and report["rel_diff"] <= DEFAULT_TOL, report["grads"]["1"]["total"]
+    assert report["rel_diff"] <= 2 * DEFAULT_TOL, report["grads"]["1"]["total"]
 
 
-def test_knobs_plan_calls_equal_reach_the_tolerance_per_position(recorded_pp, smoke_spec_path, cache_dir,
-                                                                 tmp_path_factory):
-    """Every knob of the parity table that `plan` calls equal (besides the spec as is, above) meets the default tol
-    on the default shape, one training step each (update 1's gradient; epochs 2: both of step 1's updates). A FAIL
-    here is a bug in `plan` or a backend. Found this way: verl's loss_scale_factor was pinned to the whole-completion
-    cap (3072) while TRL's dr_grpo divides by one row's cap (max_response_tokens, 96) under per_position, so
-    seq_mean_token_sum's gradients differed 32x (B5)."""
+def test_knobs_plan_calls_equal_reach_the_tolerance(recorded, smoke_spec_path, cache_dir, tmp_path_factory):
+    """Every knob of the parity table that `plan` calls equal (besides the spec as is, above) meets the default tol,
+    one training step each (update 1's gradient; epochs 2: both of step 1's updates), on the accumulated recording
+    (README's knob table; per_position's fp32 floor sits at the tol itself, see the GiGPO test). A FAIL here is a
+    bug in `plan` or a backend. B5 under per_position (verl's loss_scale_factor was the whole-completion cap while
+    TRL's dr_grpo divides by one turn's, a 32x gradient difference: 0.97) is held by test_verl_config's
+    test_seq_mean_token_sum_divides_by_trls_max_completion_length."""
     from twinrun.parity.knobs import KNOBS, plan_status, run_knob_table
     from twinrun.parity.run import DEFAULT_TOL
 
-    equal = [k for k in KNOBS[1:] if plan_status(load_spec(smoke_spec_path, list(k.sets)), k.plan_rows)[0] == "equal"]
+    acc = ["curator.context=accumulated"]
+    equal = [k for k in KNOBS[1:] if plan_status(load_spec(smoke_spec_path, [*acc, *k.sets]), k.plan_rows)[0] == "equal"]
     assert {"seq_mean_token_sum", "seq_mean_token_mean", "epochs 2"} <= {k.name for k in equal}
-    rows = run_knob_table(smoke_spec_path, [], recorded_pp, tmp_path_factory.mktemp("parity-knobs"),
+    rows = run_knob_table(smoke_spec_path, acc, recorded, tmp_path_factory.mktemp("parity-knobs"),
                           cache_dir=cache_dir, tol=DEFAULT_TOL, knobs=equal, log=print, steps=1)
     measured = {r["knob"]: (r["grad_rel_diff"], r["grad_rel_diff_worst"], r["verdict"]) for r in rows}
-    print("equal knobs, per_position, step 1:", measured)
+    print("equal knobs, accumulated, step 1:", measured)
     assert all(v == "pass" for _, _, v in measured.values()), measured

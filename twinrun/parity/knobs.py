@@ -77,8 +77,8 @@ def run_knob_table(
         log(f"parity knobs: [{i + 1}/{len(knobs)}] {knob.name} (plan: {status})")
         report = run_parity(spec, rollouts, Path(out_dir) / f"{i:02d}", cache_dir=cache_dir, tol=tol, log=log,
                             model=model, steps=steps)
-        steps = sorted(report["steps"], key=int)
-        first, last = report["steps"][steps[0]]["total"], report["steps"][steps[-1]]["total"]
+        compared = sorted(report["steps"], key=int)
+        first, last = report["steps"][compared[0]]["total"], report["steps"][compared[-1]]["total"]
         passed = report["passed"]
         verdict = ("pass" if passed else "FAIL") if status == "equal" else ("equal anyway" if passed else "diverges")
         rows.append({"knob": knob.name, "sets": list(knob.sets), "plan": status, "plan_why": why,
