@@ -124,7 +124,7 @@ def _pp_row(step, g, i, step_rewards, *, size=3):
     """A per_position rollout: one recorded sequence per position; position p's input hash is shared by the
     group's rollouts at p = 1 (same empty repo) and differs later (GiGPO's exact_input anchors)."""
     positions = [{"index": p, "game_id": f"game{p}", "correctness": "success", "no_valid_call": False,
-                  "input_hash": f"g{g}p1" if p == 1 else f"g{g}r{i}p{p}", "anchor": "x"} for p in range(1, size + 1)]
+                  "input_digest": f"g{g}p1" if p == 1 else f"g{g}r{i}p{p}", "anchor": "x"} for p in range(1, size + 1)]
     return {"kind": "curation_rollout", "step": step, "group_index": g, "rollout_index": i, "group_id": f"s{step}g{g}",
             "reward": {"total": float(sum(step_rewards))}, "positions": positions, "anchors": ["x"] * size,
             "step_rewards": list(step_rewards),
