@@ -159,8 +159,9 @@ def test_gigpo_advantages_are_not_what_trl_would_compute(recorded_pp, per_positi
 def test_gigpo_gradients_agree_with_core_advantages_in_both_trainers(recorded_pp, gigpo, cache_dir, tmp_path_factory):
     """Fails when either replay trains on other advantages than core's. Cut checks (update 1's gradient): TRL's
     override removed (TRL recomputes GRPO advantages from the rewards) 0.43; verl given each rollout's first
-    position's advantage on all its rows 0.65. Uncut: 1.03e-4, per_position's fp32 floor (the spec as is reads
-    9.99e-5), hence 2 x tol here: this test guards the advantages, the spec-as-is test above the default tol."""
+    position's advantage on all its rows 0.65. Uncut: 1.03e-4 (the spec as is reads 9.99e-5; verl matches an fp64
+    reference gradient to ~1e-6, TRL to ~1e-4: README "Update parity"), hence 2 x tol here: this test guards the
+    advantages, the spec-as-is test above the default tol."""
     from twinrun.parity.run import DEFAULT_TOL, run_parity
 
     report = run_parity(gigpo, recorded_pp, tmp_path_factory.mktemp("parity-gigpo"), cache_dir=cache_dir, log=print,
@@ -172,7 +173,7 @@ def test_gigpo_gradients_agree_with_core_advantages_in_both_trainers(recorded_pp
 def test_knobs_plan_calls_equal_reach_the_tolerance(recorded, smoke_spec_path, cache_dir, tmp_path_factory):
     """Every knob of the parity table that `plan` calls equal (besides the spec as is, above) meets the default tol,
     one training step each (update 1's gradient; epochs 2: both of step 1's updates), on the accumulated recording
-    (README's knob table; per_position's fp32 floor sits at the tol itself, see the GiGPO test). A FAIL here is a
+    (README's knob table; per_position's TRL-side deviation sits at the tol itself, see the GiGPO test). A FAIL here is a
     bug in `plan` or a backend. B5 under per_position (verl's loss_scale_factor was the whole-completion cap while
     TRL's dr_grpo divides by one turn's, a 32x gradient difference: 0.97) is held by test_verl_config's
     test_seq_mean_token_sum_divides_by_trls_max_completion_length."""
