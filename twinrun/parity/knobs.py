@@ -81,6 +81,8 @@ def run_knob_table(
         first, last = report["steps"][compared[0]]["total"], report["steps"][compared[-1]]["total"]
         passed = report["passed"]
         verdict = ("pass" if passed else "FAIL") if status == "equal" else ("equal anyway" if passed else "diverges")
+        if report.get("no_signal"):  # every replayed advantage 0: nothing was compared
+            verdict = "no signal"
         rows.append({"knob": knob.name, "sets": list(knob.sets), "plan": status, "plan_why": why,
                      "divergence": knob.divergence, "grad_rel_diff": report["rel_diff"],
                      "grad_rel_diff_worst": report["max_grad_rel_diff"],

@@ -55,7 +55,10 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
                       _f(u.get("clip_fraction")), _f(u.get("grad_norm"), ".6g"))
     c.print(t)
     verdict = "[green]PASS[/]" if report["passed"] else "[red]FAIL[/]"
-    c.print(f"{verdict}: total relative gradient difference of update 1 {_f(report['rel_diff'])} (tol "
+    if report.get("no_signal"):
+        c.print(f"{verdict}: {report['no_signal']}")
+    c.print(f"{verdict}: total relative gradient difference of update {report.get('judged_update') or 1} "
+            f"{_f(report['rel_diff'])} (tol "
             f"{report['tol']:g}), worst over the {len(report['grads'])} updates {_f(report['max_grad_rel_diff'])} "
             f"(tol {_f(report.get('later_tol'))}: later updates inherit the AdamW floor); reported, not judged: "
             f"weights after AdamW {_f(report['max_weight_rel_diff'])} (AdamW's g/(|g|+eps) amplifies fp32 rounding "

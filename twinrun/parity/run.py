@@ -7,7 +7,7 @@ core's replay batches (:mod:`twinrun.core.replay`: tokens, masks, rewards, core 
 step -> ``||g_trl - g_verl|| / ||g_trl||`` and ``||dW_trl - dW_verl|| / ||dW_trl||`` per tensor group and in total,
 with the loss, log-ratio statistics and clip fraction each trainer reported per update.
 
-The verdict is the gradient difference of the first optimizer update (the update math: loss, aggregation,
+The verdict is the gradient difference of the first optimizer update that moved anything (the update math: loss, aggregation,
 clipping, masks, advantages, on identical weights and data); later updates' gradient differences are reported (worst
 of them beside it), as is the weight difference after AdamW, but not judged: AdamW's ``g / (|g| + eps)`` turns fp32
 rounding of near-zero gradient coordinates into ~1e-3 of the update (DIVERGENCES B15), so from update 2 on the two
@@ -129,7 +129,12 @@ def compare(spec: Any, model: str | Path, results: dict[str, dict[str, Any]], sa
                         else results["trl"]["weights"][k])
         verl = load_file(results["verl"]["weights"][str(k)])
         per_step[str(k)] = update_difference(initial, trl, verl, ignore=("lm_head.weight",) if tied else ())
-    first = grads[min(grads, key=int)]["total"]["rel_diff"]
+    # The verdict's update is the first that moved anything: an update whose advantages were all 0 (every group's
+    # rewards equal) has a zero gradient on both sides, and 0 == 0 would pass a comparison that measured nothing.
+    moved = [u for u in sorted(grads, key=int)
+             if grads[u]["total"]["norm_trl"] > 0 or grads[u]["total"]["norm_verl"] > 0]
+    judged = moved[0] if moved else None
+    first = grads[judged]["total"]["rel_diff"] if judged else math.nan
     worst = max(d["total"]["rel_diff"] for d in grads.values())
     worst_weights = max(per_step[str(k)]["total"]["rel_diff"] for k in save_after)
     return {
@@ -144,7 +149,12 @@ def compare(spec: Any, model: str | Path, results: dict[str, dict[str, Any]], sa
         "max_grad_rel_diff": worst,
         "max_weight_rel_diff": worst_weights,
         "later_tol": LATER_FACTOR * tol,
-        "passed": bool(math.isfinite(worst) and first <= tol and worst <= LATER_FACTOR * tol),
+        "judged_update": judged,
+        "no_signal": None if judged else (
+            f"no replayed update moved the weights ({len(grads)} update(s), every advantage 0: each group's rewards "
+            "were equal), so the comparison measured nothing (fix: record more steps, another seed or more "
+            "rollouts per group)"),
+        "passed": bool(judged and math.isfinite(worst) and first <= tol and worst <= LATER_FACTOR * tol),
     }
 
 
