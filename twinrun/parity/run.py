@@ -88,18 +88,18 @@ def run_parity(
     out = Path(out_dir)
     recorded = _recorded_steps(Path(rollouts))
     save_after = comparison_steps(spec, recorded or None, steps)
-    steps = load_replay(rollouts, spec, steps=max(save_after))
+    batches = load_replay(rollouts, spec, steps=max(save_after))
     if model is None:
         model = resolve_curator_model(spec, cache_dir, environ=dict(os.environ), log=log)
-    log(f"parity: {spec.name}: replaying {describe(steps)} from {rollouts}")
+    log(f"parity: {spec.name}: replaying {describe(batches)} from {rollouts}")
     results: dict[str, dict[str, Any]] = {}
     for name in BACKENDS:
         log(f"parity: {name} update")
-        results[name] = registry.replayer(name)(spec, steps, model, out / name, save_after=save_after, log=log,
+        results[name] = registry.replayer(name)(spec, batches, model, out / name, save_after=save_after, log=log,
                                                 **({"timeout_s": verl_timeout_s} if name == "verl" else {}))
     report = compare(spec, model, results, save_after, tol=tol)
     report["rollouts"] = str(rollouts)
-    report["replayed"] = describe(steps)
+    report["replayed"] = describe(batches)
     atomic_write_text(out / "parity.json", json.dumps(report, indent=2, default=_json_default) + "\n")
     return report
 
