@@ -13,6 +13,7 @@ from twinrun.warmstart import (
     WarmStartSettings,
     build_conversations,
     final_tool_result,
+    probe_prompts,
     receptive_field,
     tokenize_conversation,
     turn_windows,
@@ -38,6 +39,34 @@ def test_conversations_look_like_a_curation_rollout():
         assert call["function"]["name"] == "curate" and isinstance(call["function"]["arguments"]["operations"], list)
     # the first pass replays the ops that produced the transcript; later passes re-draw them
     assert [m["tool_calls"][0]["function"]["arguments"]["operations"] for m in c[2:-1:2]] == [[], [], []]
+
+
+def test_per_position_conversations_are_the_rows_a_per_position_rollout_trains():
+    """Issue 17: a per_position curator's prompt at position i is [system, chi_i] (history 0), never a tool result;
+    a warm start that taught the accumulated shape left 70% of its RL turns without a parseable call."""
+    from twinrun.core.context_shape import position_messages
+
+    convs = build_conversations(_transcripts(), "SYSTEM", WarmStartSettings(conversations=2), context="per_position")
+    assert len(convs) == 6  # 2 conversations x |G| positions
+    for conv, chi in zip(convs, ["chi1 a", "chi2 a", "chi3 a", "chi1 b", "chi2 b", "chi3 b"], strict=True):
+        assert conv[:-1] == position_messages("SYSTEM", chi)
+        (call,) = conv[-1]["tool_calls"]
+        assert call["function"]["name"] == "curate" and call["function"]["arguments"]["operations"] == []
+    # with history, the earlier positions are prompt-only (input, turn-text) pairs before chi_i
+    convs = build_conversations(_transcripts()[:1], "SYSTEM", WarmStartSettings(conversations=1),
+                                context="per_position", history=1)
+    assert [m["role"] for m in convs[2]] == ["system", "user", "assistant", "user", "assistant"]
+    assert convs[2][1]["content"] == "chi2 a" and convs[2][3]["content"] == "chi3 a"
+    assert '<tool_call>\n{"name": "curate"' in convs[2][2]["content"]
+
+
+def test_probe_prompts_are_held_out_positions_in_the_spec_shape():
+    t = _transcripts()[1:]
+    per = probe_prompts(t, "SYSTEM", context="per_position")
+    assert [p[-1]["content"] for p in per] == ["chi1 b", "chi2 b", "chi3 b"]
+    acc = probe_prompts(t, "SYSTEM")
+    assert [len(p) for p in acc] == [2, 4, 6] and [p[-1]["content"] for p in acc] == ["chi1 b", "chi2 b", "chi3 b"]
+    assert probe_prompts([], "SYSTEM") == []
 
 
 def test_turn_windows_cover_each_assistant_turn_with_bounded_context():
@@ -66,6 +95,25 @@ def test_tokenized_conversation_masks_exactly_the_assistant_turns(tiny):
     assert all('<tool_call>\n{"name": "curate", "arguments": {"operations": []}}\n</tool_call><|im_end|>' in t
                for t in turns[:3])
     assert FINAL_REPLY in turns[3]
+
+
+def test_a_taught_per_position_turn_follows_exactly_the_prompt_the_backends_render(tiny):
+    """The SFT row's tokens before the assistant turn are the ids both backends generate from
+    (core's prompt_token_ids), so the warm start teaches the turn after exactly the RL prompt."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import get_training_chat_template
+
+    from twinrun.core.context_shape import prompt_token_ids
+    from twinrun.core.toolcalls import CURATE_TOOL
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    for history in (0, 1):
+        conv = build_conversations(_transcripts(), "SYSTEM", WarmStartSettings(conversations=1),
+                                   context="per_position", history=history)[2]
+        ids, mask = tokenize_conversation(tok, conv, get_training_chat_template(tok))
+        ((_, start, end),) = turn_windows(ids, mask, 0)  # history turns are prompt-only, never trained
+        assert ids[:start] == prompt_token_ids(tok, conv[:-1], [CURATE_TOOL])
+        assert tok.decode(ids[start:end]).startswith("<think>\n\n</think>\n\n<tool_call>")
 
 
 def test_windows_are_exact_for_the_sliding_window_tiny_model(tiny):

@@ -1,6 +1,6 @@
 """A tiny random Qwen3 curator that builds offline, for CPU tests and the smoke arm.
 
-`build_tiny_qwen3(out_dir)` makes a random `Qwen3ForCausalLM` (hidden 64, 2 layers, every layer with a 192-token
+`build_tiny_qwen3(out_dir)` makes a random `Qwen3ForCausalLM` (hidden 64, 2 layers, every layer with a 384-token
 sliding attention window by default; see its docstring) and a byte-level
 BPE tokenizer trained locally with `tokenizers` on a small embedded corpus of ALFWorld observations, SKILL.md
 text and `curate` tool calls (so common words and JSON punctuation get their own tokens and sequences stay
@@ -257,7 +257,7 @@ def build_tiny_qwen3(
     intermediate: int = 128,
     vocab: int = 1024,
     max_positions: int = 8192,
-    sliding_window: int | None = 192,
+    sliding_window: int | None = 384,
 ) -> Path:
     """Build (or reuse) a random tiny Qwen3 + local tokenizer under ``out_dir`` and return its folder.
 
@@ -268,7 +268,11 @@ def build_tiny_qwen3(
     sliding_window: every layer attends to the last ``sliding_window`` tokens only (Qwen3's own sliding-window
     attention; None = full attention). A curation rollout is thousands of tokens long; with a window, what the tiny
     model does at a curator turn depends on the last ``layers * sliding_window`` tokens only, so the warm start can
-    train on short windows around each turn (cheap on CPU) and the result holds at any rollout length.
+    train on short windows around each turn (cheap on CPU) and the result holds at any rollout length. 384 (a
+    receptive field of 768 tokens) holds a whole smoke-arm curator input chi_i (about 500-600 tokens) before the
+    turn: at 192 the task description at its top was out of reach of every turn, so the type a skill is named
+    after could only be guessed from the trajectory's last steps (issue 17). sdpa computes the masked full attention either way, so the
+    window costs nothing at RL time; only the warm start's windows grow.
     """
     if hidden % heads:
         raise TwinrunError(f"tiny-qwen3: hidden={hidden} is not divisible by heads={heads} (fix: e.g. hidden 64, heads 4)")
@@ -279,7 +283,7 @@ def build_tiny_qwen3(
 
     template = trl_qwen3_template()
     if sliding_window is not None and sliding_window < 16:
-        raise TwinrunError(f"tiny-qwen3: sliding_window={sliding_window} must be >= 16 or None (fix: e.g. 192)")
+        raise TwinrunError(f"tiny-qwen3: sliding_window={sliding_window} must be >= 16 or None (fix: e.g. 384)")
     args = dict(seed=seed, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
                 intermediate=intermediate, vocab=vocab, max_positions=max_positions, sliding_window=sliding_window)
     cache = Path(out_dir)

@@ -32,7 +32,7 @@ from typing import Any
 from twinrun.core.errors import TwinrunError
 from twinrun.models import TINY_QWEN3, build_tiny_qwen3, local_or_hub
 
-WARMSTART_VERSION = 2
+WARMSTART_VERSION = 3
 
 # group steps far from any training step, so warm-start transcripts never replay a training task group
 _TRANSCRIPT_STEP0 = 10_000_000
@@ -40,9 +40,12 @@ _TRANSCRIPT_STEP0 = 10_000_000
 
 @dataclass(frozen=True)
 class WarmStartSettings:
-    transcripts: int = 2  # real curation sessions recorded (|G| executor episodes each)
-    conversations: int = 16  # SFT conversations built from them (ops re-drawn per conversation)
-    steps: int = 250
+    # real curation sessions recorded (|G| executor episodes each). Two were too few: the model learnt those six
+    # inputs, and on the inputs of new games (every RL step's) 70% of its turns had no parseable call (issue 17)
+    transcripts: int = 12
+    probe_transcripts: int = 1  # recorded apart: the probe samples turns on inputs the SFT never saw
+    conversations: int = 48  # SFT conversations built from them (ops re-drawn per conversation)
+    steps: int = 300
     batch_size: int = 4  # assistant-turn windows per step
     context: int | None = None  # context kept before each turn; None = the model's receptive field
     # (layers x sliding_window, exact for tiny-qwen3's sliding-window attention) or the whole conversation
@@ -50,7 +53,7 @@ class WarmStartSettings:
     warmup_steps: int = 10
     weight_decay: float = 0.0
     seed: int = 0
-    probe_samples: int = 8  # sampled first turns (temperature 1) scored for a parseable curate call
+    probe_samples: int = 16  # sampled turns (temperature 1) per held-out input, scored for a parseable curate call
 
 
 FINAL_REPLY = "Done."
@@ -113,6 +116,8 @@ def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
             "skills": spec.skills.model_dump(mode="json"),
             "seed": spec.seed,
             "settings": asdict(settings),
+            # the shape of the taught turns' prompts (per_position rows or one accumulated conversation)
+            "context": [spec.curator.context, spec.curator.history],
             "ops": _op_templates("<type>"),
             "verbs": TASK_VERBS,
             "final": final_tool_result(spec.environment.group_size),
@@ -162,17 +167,20 @@ def warm_started_tiny_curator(
     if (final / ".complete").is_file():
         return final
     t0 = time.perf_counter()
-    transcripts = cached_transcripts(spec, base, settings, final.with_name(final.name + ".transcripts.json"),
-                                     data_root=data_root, environ=environ, say=say)
+    recorded = cached_transcripts(spec, base, settings, final.with_name(final.name + ".transcripts.json"),
+                                  data_root=data_root, environ=environ, say=say)
     t_rec = time.perf_counter() - t0
+    transcripts, held_out = recorded[: settings.transcripts], recorded[settings.transcripts:]
     system = _system_prompt(spec)
-    conversations = build_conversations(transcripts, system, settings)
-    say(f"warm start: SFT {settings.steps} steps on {len(conversations)} conversations")
+    shape = {"context": spec.curator.context, "history": spec.curator.history}
+    conversations = build_conversations(transcripts, system, settings, **shape)
+    probes = probe_prompts(held_out, system, **shape)
+    say(f"warm start: SFT {settings.steps} steps on {len(conversations)} {spec.curator.context} conversations")
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
     try:
-        report = sft(base, conversations, settings, tmp, say=say)
+        report = sft(base, conversations, settings, tmp, say=say, probes=probes)
         report.update(recording_s=round(t_rec, 3), transcripts=len(transcripts), base=base.name,
-                      settings=asdict(settings), version=WARMSTART_VERSION)
+                      settings=asdict(settings), version=WARMSTART_VERSION, context=shape)
         (tmp / "warmstart.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
         (tmp / ".complete").write_text("")
         try:
@@ -184,8 +192,8 @@ def warm_started_tiny_curator(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    say(f"warm start: done ({json.loads((final / 'warmstart.json').read_text())['probe_parse_rate']:.0%} of probe "
-        "turns are parseable curate calls)")
+    say(f"warm start: done ({json.loads((final / 'warmstart.json').read_text())['probe_parse_rate']:.0%} of the turns "
+        "sampled on held-out inputs are parseable curate calls)")
     return final
 
 
@@ -215,8 +223,8 @@ def cached_transcripts(
 
     if path.is_file():
         return [Transcript(**t) for t in json.loads(path.read_text(encoding="utf-8"))]
-    say(f"warm start: recording {settings.transcripts} curation transcripts ({spec.environment.name}, "
-        f"|G|={spec.environment.group_size})")
+    say(f"warm start: recording {settings.transcripts} + {settings.probe_transcripts} (held out for the probe) "
+        f"curation transcripts ({spec.environment.name}, |G|={spec.environment.group_size})")
     transcripts = record_transcripts(spec, base, settings, data_root=data_root, environ=environ)
     atomic_write_json(path, [asdict(t) for t in transcripts])
     return transcripts
@@ -230,38 +238,58 @@ def record_transcripts(
     data_root: str | Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> list[Transcript]:
-    """Play ``settings.transcripts`` real curation sessions (concurrently) with scripted ``curate`` turns."""
+    """Play ``settings.transcripts + settings.probe_transcripts`` real curation sessions (concurrently) with
+    scripted ``curate`` turns; a session in which no episode ran (infrastructure) is replaced by another, up to
+    three times as many sessions in all."""
     import asyncio
 
     from transformers import AutoTokenizer
 
-    from twinrun.core.curation import CurationRuntime
+    from twinrun.core.curation import CurationRuntime, TaskGroup
     from twinrun.core.rewards import token_counter
 
     tok = AutoTokenizer.from_pretrained(base)
-    rng = random.Random(settings.seed)
     runtime = CurationRuntime.from_spec(spec, data_root=data_root, environ=environ, count_tokens=token_counter(tok),
                                         judge=None)
+    needed = settings.transcripts + settings.probe_transcripts
     try:
-        groups = [runtime.task_group(_TRANSCRIPT_STEP0 + k, k % spec.batch.groups_per_step)
-                  for k in range(settings.transcripts)]
-        plans = [[rng.choice(_op_templates(g.task_type)) for _ in range(len(g.games))] for g in groups]
+        rng = random.Random(settings.seed)
 
-        async def one(k: int) -> Transcript:
-            s = runtime.session(groups[k], rollout_index=0)
+        def drawn(k: int) -> tuple[TaskGroup, list[list[dict[str, Any]]]]:
+            group = runtime.task_group(_TRANSCRIPT_STEP0 + k, k % spec.batch.groups_per_step)
+            return group, [rng.choice(_op_templates(group.task_type)) for _ in group.games]
+
+        async def one(group: TaskGroup, plan: list[list[dict[str, Any]]]) -> Transcript | None:
+            s = runtime.session(group, rollout_index=0)
             inputs = [await s.astart()]
-            for ops in plans[k]:
+            for ops in plan:
                 nxt = await s.asubmit([{"name": "curate", "arguments": {"operations": ops}}])
                 if nxt is None:
                     break
                 inputs.append(nxt)
-            await s.afinish()
-            return Transcript(groups[k].task_type, inputs, plans[k])
+            result = await s.afinish()
+            # a session none of whose episodes ran (dead env workers, an unreachable executor) holds only inputs
+            # saying "the executor could not be run": dropped. Some unmeasured episodes are kept: a flaky executor
+            # gives the RL curator such inputs too
+            dead = all(p.outcome == "unmeasured" for p in result.record.positions)
+            return None if dead else Transcript(group.task_type, inputs, plan)
 
-        async def all_() -> list[Transcript]:
-            return list(await asyncio.gather(*(one(k) for k in range(len(groups)))))
+        async def batch(ks: range) -> list[Transcript | None]:
+            sessions = [drawn(k) for k in ks]  # drawn in order: the same plans whatever ran concurrently
+            return list(await asyncio.gather(*(one(g, plan) for g, plan in sessions)))
 
-        return runtime.loop.run(all_())
+        kept: list[Transcript] = []
+        tried = 0
+        while len(kept) < needed and tried < 3 * needed:  # sessions in which nothing ran are replaced
+            ks = range(tried, tried + min(needed - len(kept), 3 * needed - tried))
+            kept += [t for t in runtime.loop.run(batch(ks)) if t is not None]
+            tried = ks.stop
+        if len(kept) < needed:
+            raise TwinrunError(
+                f"warm start: only {len(kept)} of {tried} recorded curation sessions had an episode that ran, "
+                f"{needed} are needed: the environment or executor keeps failing (fix: check the environment "
+                "workers, $ALFWORLD_DATA and the executor endpoint, then rerun; nothing was cached)")
+        return kept[:needed]
     finally:
         runtime.close()
 
@@ -271,8 +299,32 @@ def final_tool_result(group_size: int) -> str:
     return f"All {group_size} tasks of this group have been played; the skill repository is final. Reply {FINAL_REPLY!r}."
 
 
-def build_conversations(transcripts: Sequence[Transcript], system: str, settings: WarmStartSettings) -> list[list[dict]]:
-    """Chat conversations (system, chi_1, then curate call / tool result pairs, then the final reply)."""
+def call_message(ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message of one taught curator turn: a single ``curate`` call."""
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "curate", "arguments": {"operations": ops}}}]}
+
+
+def call_text(ops: list[dict[str, Any]]) -> str:
+    """A taught turn as the text a backend decodes from it (Qwen3's tool-call markup): per_position history
+    turns are prompt-only messages holding that text."""
+    call = json.dumps({"name": "curate", "arguments": {"operations": ops}}, ensure_ascii=False)
+    return f"<think>\n\n</think>\n\n<tool_call>\n{call}\n</tool_call>"
+
+
+def build_conversations(transcripts: Sequence[Transcript], system: str, settings: WarmStartSettings, *,
+                        context: str = "accumulated", history: int = 0) -> list[list[dict]]:
+    """The SFT conversations, in the spec's context shape (what the RL rollouts' prompts look like):
+
+    * accumulated: one per conversation drawn: system, chi_1, then curate call / tool result pairs, then the
+      final reply;
+    * per_position: one per (conversation drawn, position): core's per_position prompt of that position
+      (:func:`~twinrun.core.context_shape.position_messages`: system, the last ``history`` earlier (input, turn)
+      pairs, chi_i), then the curate call. Teaching the accumulated shape to a per_position curator left it
+      facing a prompt it never saw at every position after the first.
+    """
+    from twinrun.core.context_shape import HistoryTurn, history_window, position_messages
+
     if not transcripts:
         raise TwinrunError("warm start: no transcripts were recorded (fix: check the environment data)")
     rng = random.Random(settings.seed + 1)
@@ -281,16 +333,36 @@ def build_conversations(transcripts: Sequence[Transcript], system: str, settings
         t = transcripts[c % len(transcripts)]
         # the first pass over the transcripts keeps the ops that really produced them; later passes re-draw
         plan = t.ops if c < len(transcripts) else [rng.choice(_op_templates(t.task_type)) for _ in t.inputs]
+        plan = plan[: len(t.inputs)]
+        if context == "per_position":
+            done: list[HistoryTurn] = []
+            for chi, ops in zip(t.inputs, plan, strict=False):
+                out.append([*position_messages(system, chi, history_window(done, history)), call_message(ops)])
+                done.append(HistoryTurn(chi, call_text(ops)))
+            continue
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": t.inputs[0]}]
-        for i, ops in enumerate(plan[: len(t.inputs)]):
-            msgs.append({"role": "assistant", "content": "",
-                         "tool_calls": [{"type": "function", "function": {"name": "curate",
-                                                                           "arguments": {"operations": ops}}}]})
+        for i, ops in enumerate(plan):
+            msgs.append(call_message(ops))
             result = t.inputs[i + 1] if i + 1 < len(t.inputs) else final_tool_result(len(t.inputs))
             msgs.append({"role": "tool", "name": "curate", "content": result})
         msgs.append({"role": "assistant", "content": FINAL_REPLY})
         out.append(msgs)
     return out
+
+
+def probe_prompts(transcripts: Sequence[Transcript], system: str, *, context: str = "accumulated",
+                  history: int = 0) -> list[list[dict]]:
+    """The prompts the probe samples turns on: every position of the held-out transcripts, in the spec's shape
+    (accumulated: the conversation up to that position's input, tool results as the frameworks' tool loops
+    append them)."""
+    prompts = []
+    for conv in build_conversations(transcripts, system, WarmStartSettings(conversations=len(transcripts)),
+                                    context=context, history=history) if transcripts else []:
+        if context == "per_position":
+            prompts.append(conv[:-1])
+        else:
+            prompts += [conv[:k] for k in range(2, len(conv) - 2, 2)]
+    return prompts
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -300,6 +372,16 @@ def build_conversations(transcripts: Sequence[Transcript], system: str, settings
 def tokenize_conversation(tok: Any, messages: list[dict], template: str) -> tuple[list[int], list[int]]:
     from twinrun.core.toolcalls import CURATE_TOOL
 
+    if messages[-1].get("tool_calls") and len(messages) > 3:
+        # a per_position row with history: the prompt is what the backends render (core's prompt_token_ids; the
+        # tokenizer's own template drops earlier turns' think blocks, TRL's training variant keeps them), the
+        # turn is the one the training template renders after [system, chi_i]
+        from twinrun.core.context_shape import prompt_token_ids
+
+        prompt = prompt_token_ids(tok, messages[:-1], [CURATE_TOOL])
+        ids, mask = tokenize_conversation(tok, [messages[0], messages[-2], messages[-1]], template)
+        _, start, end = turn_windows(ids, mask, 0)[-1]
+        return prompt + ids[start:end], [0] * len(prompt) + [1] * (end - start)
     enc = tok.apply_chat_template(messages, tools=[CURATE_TOOL], chat_template=template, tokenize=True,
                                   return_dict=True, return_assistant_tokens_mask=True)
     return list(enc["input_ids"]), list(enc["assistant_masks"])
@@ -333,8 +415,9 @@ def receptive_field(config: Any) -> int | None:
 
 
 def sft(base: Path, conversations: list[list[dict]], settings: WarmStartSettings, out: Path,
-        say: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """AdamW on assistant-turn windows (loss on the turn only), then a probe on full-length prompts."""
+        say: Callable[[str], None] | None = None, probes: list[list[dict]] | None = None) -> dict[str, Any]:
+    """AdamW on assistant-turn windows (loss on the turn only), then a probe on full-length prompts (``probes``:
+    held-out prompts; None = the first conversation's, which the model was trained on)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import get_training_chat_template
@@ -383,7 +466,10 @@ def sft(base: Path, conversations: list[list[dict]], settings: WarmStartSettings
                 say(f"warm start: step {step + 1}/{settings.steps} loss {sum(losses[-50:]) / 50:.3f}")
         train_s = time.perf_counter() - t0
         model.eval()
-        rate = probe(model, tok, conversations, template, settings)
+        if probes is None:
+            first = conversations[0]
+            probes = [first[:-1]] if first[-1].get("tool_calls") and len(first) <= 3 else [first[:2], first[:4]]
+        rate = probe(model, tok, probes, template, settings)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return {"loss_first": losses[0], "loss_last": sum(losses[-10:]) / len(losses[-10:]), "train_s": round(train_s, 3),
@@ -391,20 +477,24 @@ def sft(base: Path, conversations: list[list[dict]], settings: WarmStartSettings
             "windows": len(windows), "context": context}
 
 
-def probe(model: Any, tok: Any, conversations: list[list[dict]], template: str, settings: WarmStartSettings) -> float:
-    """Share of sampled turns (temperature 1) that parse as a curate call with an operations list: half at the
-    first turn (after chi_1), half after a tool result (after chi_2)."""
+def probe(model: Any, tok: Any, prompts: list[list[dict]], template: str, settings: WarmStartSettings) -> float:
+    """Share of sampled turns (temperature 1, ``settings.probe_samples`` per prompt) that parse as a curate call
+    with an operations list. A prompt ending in a user message is a per_position row's, rendered as the backends
+    render it (:func:`~twinrun.core.context_shape.prompt_token_ids`); one ending in a tool result is an
+    accumulated conversation's, rendered with the training template the tool loop extends."""
     import torch
 
+    from twinrun.core.context_shape import prompt_token_ids
     from twinrun.core.toolcalls import CURATE, CURATE_TOOL, parse_curator_turn
 
-    conv = conversations[0]
-    prefixes = [conv[:2], conv[:4]] if len(conv) > 4 else [conv[:2]]
-    n = max(1, settings.probe_samples // len(prefixes))
+    n = max(1, settings.probe_samples)
     ok = total = 0
-    for prefix in prefixes:
-        ids = tok.apply_chat_template(prefix, tools=[CURATE_TOOL], chat_template=template, add_generation_prompt=True,
-                                      tokenize=True, return_dict=True)["input_ids"]
+    for prefix in prompts:
+        if prefix[-1]["role"] == "user":
+            ids = prompt_token_ids(tok, prefix, [CURATE_TOOL])
+        else:
+            ids = tok.apply_chat_template(prefix, tools=[CURATE_TOOL], chat_template=template,
+                                          add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
         with torch.no_grad():
             gen = model.generate(torch.tensor([ids] * n), attention_mask=torch.ones((n, len(ids)), dtype=torch.long),
                                  do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=160,

@@ -74,6 +74,13 @@ def run(request, scenario, repo_root, cache_dir, alfworld_data, tmp_path_factory
     pytest.importorskip(backend)
     from twinrun.testing.scripted_executor import ScriptedExecutorModel
 
+    from twinrun.warmstart import warm_started_tiny_curator
+
+    # the warm start's recorded sessions go to a reliable server first (its key ignores the endpoint): the failure
+    # schedule below, e.g. "only the first episode of that game is measured", is the training steps' alone
+    with ScriptedExecutorModel(scenario["plans"]).serve(latency_s=LATENCY_S) as srv:
+        spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", BASE + [f"executor.base_url={srv.base_url}"])
+        warm_started_tiny_curator(spec, cache_dir, data_root=alfworld_data)
     model = ScriptedExecutorModel(scenario["plans"], fail_share=FAIL_SHARE, seed=14, failing_tasks=scenario["dead"],
                                   first_episode_only=scenario["mixed"], reliable_tasks=scenario["reliable"])
     out = tmp_path_factory.mktemp("runs") / f"openai-{backend}"
