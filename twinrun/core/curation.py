@@ -46,7 +46,13 @@ from twinrun.core.react import Episode
 from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, JudgeRecord, Provenance, SequenceTokens
 from twinrun.core.rewards import PositionResult, RewardBreakdown, composite_reward
 from twinrun.core.skills import OpResult, SkillRepo, render_for_prompt
-from twinrun.core.task_groups import CurationError, TaskGroup, TaskGroupSampler, stable_int  # noqa: F401  (re-exported)
+from twinrun.core.task_groups import (  # noqa: F401  (re-exported)
+    CurationError,
+    TaskGroup,
+    TaskGroupSampler,
+    rollout_episode_seed,
+    stable_int,
+)
 from twinrun.core.toolcalls import CuratorTurn, parse_curator_turn
 
 # ------------------------------------------------------------------------------------------------------------
@@ -85,6 +91,7 @@ class PositionRecord(BaseModel):
     episode_shared: bool = False  # this position's episode was reused from another rollout of the group
     episode_started_at: float | None = None  # unix seconds; with episode_wall_s: the episode's interval
     episode_wall_s: float | None = None
+    skill_relevance: float | None = None  # the episode's (EpisodeRecord.skill_relevance): scripted stand-in only
 
 
 class CurationRecord(BaseModel):
@@ -250,7 +257,7 @@ class CurationSession:
             self._busy = False
 
     def _seed(self, position: int) -> int:
-        return stable_int("episode", self.runtime.seed, self.group.group_id, self.rollout_index, position)
+        return rollout_episode_seed(self.runtime.seed, self.group.group_id, self.rollout_index, position)
 
     async def _start(self) -> str:
         if self._cur != 0:
@@ -378,6 +385,7 @@ class CurationSession:
                 no_valid_call=not any(r.ok for r in p.op_results), judged=p.verdicts, episode_shared=p.episode_shared,
                 episode_started_at=p.episode.record.started_at,  # type: ignore[union-attr]
                 episode_wall_s=p.episode.record.wall_s,  # type: ignore[union-attr]
+                skill_relevance=p.episode.record.skill_relevance,  # type: ignore[union-attr]
             )
             for p in self.positions
         ]

@@ -205,6 +205,12 @@ class AsyncEnv(Protocol):
     async def aexpert_plan(self) -> list[str]: ...
 
 
+def _skill_relevance_of(policy: Policy, skills_text: str, task_type: str | None) -> float | None:
+    """What a skill-sensitive stand-in read from the retrieved skills (``skill_relevance``), else None."""
+    fn = getattr(policy, "skill_relevance", None)
+    return None if fn is None else fn(skills_text, task_type)
+
+
 def _sampling_of(policy: Policy) -> SamplingRecord | None:
     """The decoding every call of the episode carried, and what the server applied (policies that decode)."""
     record = getattr(policy, "sampling_record", None)
@@ -291,6 +297,7 @@ async def play_episode(
             started_at=round(started_at, 6),
             executor_settings_hash=settings_hash,
             sampling=_sampling_of(policy) if state["calls"] else None,
+            skill_relevance=_skill_relevance_of(policy, skills_text, game.task_type) if state["task"] else None,
         )
         return Episode(
             record=record, game=game, task=str(state["task"]), initial_observation=str(state["first"]), turns=turns,

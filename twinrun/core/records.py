@@ -319,6 +319,9 @@ class EpisodeRecord(_Row):
     started_at: float | None = None  # unix seconds when the episode began (episodes in flight per step)
     executor_settings_hash: str | None = None
     sampling: SamplingRecord | None = None  # None: a scripted executor, or no executor call was made
+    # the scripted stand-in's relevance of the retrieved skills to the game (executor.skill_effect > 0: its expert
+    # chance is expert_prob + skill_effect x this); None for every other executor
+    skill_relevance: float | None = None
 
 
 class SequenceTokens(BaseModel):

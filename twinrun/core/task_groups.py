@@ -23,6 +23,13 @@ def stable_int(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+def rollout_episode_seed(seed: int, group_id: str, rollout_index: int, position: int) -> int:
+    """The executor's seed for the episode at ``position`` of a curation rollout (spec seed, task group, rollout):
+    the same in every backend and process, so a replay of that game (e.g. without skills,
+    :mod:`twinrun.core.skill_lift`) draws the same executor randomness."""
+    return stable_int("episode", seed, group_id, rollout_index, position)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Task groups
 

@@ -31,6 +31,12 @@ class ScriptedPolicy:
         self.skill_effect = skill_effect
         self.attempts = 0
 
+    def skill_relevance(self, skills_text: str, task_type: str | None) -> float | None:
+        """The relevance the expert chance reads (recorded per episode); None when skills cannot matter."""
+        if not self.skill_effect or task_type is None:
+            return None
+        return round(relevance(skills_text, task_type), 6)
+
     def chance(self, view: TurnView) -> float:
         """This turn's chance to play the expert action."""
         if not self.skill_effect or view.task_type is None:
