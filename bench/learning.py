@@ -2,24 +2,32 @@
 
 Trains the smoke arm (experiments/smoke-cpu.yaml: the tiny warm-started curator, the skill-sensitive scripted
 stand-in executor) under TRL and verl for `--steps` steps with the learning settings below, sweeps every
-`--every`-th checkpoint on the held-out games with a same-sweep baseline, and prints:
+`--every`-th checkpoint on the held-out games with a same-sweep baseline, replays every scored position of every
+training rollout without skills under the rollout's own executor seed (twinrun.core.skill_lift), and prints:
 
 * per step and backend: r_task (success rate over positions 2..|G| of the step's curation rollouts) and the
   total reward;
-* per backend: the rise of r_task, late steps minus early steps (the last and first `--window` steps), with a 95%
-  Welch t interval over steps: it "rises beyond noise" when the interval's lower end is above 0;
+* per step and backend: the paired skill lift, r_task minus the same games' no-skill replay (a step that drew long
+  games scores low with any repo; the pairing takes that out), and the mean relevance of the skills the stand-in
+  executor read (what the curator controls; its expert chance is 0.4 + 0.6 x relevance);
+* per backend: the rise of the paired lift, late steps minus early steps (the last and first `--window` steps),
+  with a 95% Welch t interval over steps: it "rises beyond noise" when the interval's lower end is above 0. The
+  replay's success rate does not depend on training, so this is the rise of r_task without the game draw's noise;
+  the unpaired rise of r_task and the rise of relevance are printed beside it;
 * per backend: the held-out lift over the baseline at each swept checkpoint;
 * the comparison's verdict on the two checkpoint curves (twinrun compare, as in the report).
 
 Both backends draw the same task groups at every step (same spec seed), so a rise that both share is not one
-backend's luck. Exit status 0 when both rise beyond noise, 1 when either does not (the numbers are printed either
-way), 2 when the run failed. `--resume` (default) continues an interrupted check in the same --out.
+backend's luck, and their replays are the same episodes (played once). Exit status 0 when both backends' paired lift
+rises beyond noise and each replay reproduces every position that retrieved no skill, 1 otherwise (the numbers are
+printed either way), 2 when the run failed. `--resume` (default) continues an interrupted check in the same --out.
 
-    python bench/learning.py [--steps 20] [--every 5] [--out runs/learn] [--set key=value ...]
+    python bench/learning.py [--steps 30] [--every 10] [--out runs/learn] [--set key=value ...]
 
-The learning settings (spec overrides, stated in every printout): 4 rollouts per group (GRPO needs samples that
-differ) and learning rate 1e-4 (the smoke arm's own, stated again so the check does not drift with the demo; the
-paper's 1e-5 is for an 8B model and leaves the tiny curator's samples unchanged).
+The learning settings (spec overrides, stated in every printout): 8 rollouts per group (GRPO needs samples that
+differ), learning rate 5e-4 after 3 warmup steps (at the smoke arm's 1e-4 the policy did not move in 20 steps; at
+2e-3 one update broke the tiny model's tool-call format), sampling temperature 0.7 (at 1.0 a fifth of the tiny
+curator's turns were malformed calls, noise that buried the choice GRPO is meant to learn).
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "experiments" / "smoke-cpu.yaml"
-LEARNING_SETS = ["batch.rollouts_per_group=4", "optimizer.lr=1.0e-4"]
+LEARNING_SETS = ["batch.rollouts_per_group=8", "optimizer.lr=5.0e-4", "optimizer.warmup_steps=3",
+                 "sampling.temperature=0.7"]
 
 
 def step_rows(metrics: Path) -> list[dict]:
@@ -72,10 +81,62 @@ def rise(values: list[float], window: int) -> dict:
     return {"early": float(early.mean()), "late": float(late.mean()), "rise": d, "ci": [lo, hi], "rises": bool(lo > 0)}
 
 
+def paired_lifts(a: argparse.Namespace, sets: list[str], backends: list[str], summary: dict) -> bool:
+    """The check's verdict: per backend, the rise of the paired skill lift (r_task minus the same games replayed
+    without skills under the same executor seeds, twinrun.core.skill_lift). True when every backend rises beyond
+    noise and the replay reproduced every position that retrieved no skill."""
+    from twinrun.core.skill_lift import lift_by_step, read_rollouts, replay_without_skills, scored_positions, seed_check
+    from twinrun.core.spec import load_spec
+
+    spec = load_spec(SPEC, sets)
+    positions = {b: scored_positions(read_rollouts(a.out / "runs" / b / "rollouts.jsonl")) for b in backends}
+    keys = {p.key for ps in positions.values() for p in ps}  # the backends share groups and seeds: replayed once
+    replay = replay_without_skills(spec, keys, environ=dict(os.environ), cache=a.out / "no_skill_replay.json",
+                                   say=lambda m: print(m, flush=True))
+    ok = True
+    print("\nper-step paired skill lift: r_task - the same games without skills, same executor seeds "
+          "(positions 2..|G|); rel = mean relevance of the skills the executor read")
+    lifts = {b: {x.step: x for x in lift_by_step(positions[b], replay)} for b in backends}
+    print("step  " + "  ".join(f"{b:>35}" for b in backends))
+    for s in sorted({k for v in lifts.values() for k in v}):
+        cells = [(f"{x.r_task:5.3f} - {x.no_skill:5.3f} = {x.lift:+5.3f}"
+                  + (f", rel {x.relevance:4.2f}" if x.relevance is not None else "")) if (x := lifts[b].get(s)) else "-"
+                 for b in backends]
+        print(f"{s + 1:4d}  " + "  ".join(f"{c:>35}" for c in cells))
+    print(f"\nrise of the paired lift: mean of the last {a.window} steps minus the first {a.window} "
+          "(95% Welch t interval over steps)")
+    for b in backends:
+        agree, compared = seed_check(positions[b], replay)
+        vals = [x.lift for _, x in sorted(lifts[b].items())]
+        entry = summary["backends"].setdefault(b, {})
+        entry["seed_check"] = [agree, compared]
+        if agree != compared:
+            print(f"  {b}: the no-skill replay disagrees with {compared - agree} of {compared} positions that "
+                  "retrieved nothing: the executor's seeds changed, the lift means nothing")
+            ok = False
+            continue
+        if len(vals) < 2 * a.window:
+            print(f"  {b}: {len(vals)} steps with scored positions, fewer than {2 * a.window}")
+            ok = False
+            continue
+        r = rise(vals, a.window)
+        entry["paired_lift"] = r
+        ok &= r["rises"]
+        print(f"  {b}: {r['early']:+.3f} -> {r['late']:+.3f}, rise {r['rise']:+.3f} [{r['ci'][0]:+.3f}, "
+              f"{r['ci'][1]:+.3f}] -> {'rises beyond noise' if r['rises'] else 'no rise beyond noise'} "
+              f"(replay reproduced {agree}/{compared} positions without skills)")
+        rel = [x.relevance for _, x in sorted(lifts[b].items()) if x.relevance is not None]
+        if len(rel) >= 2 * a.window:
+            entry["relevance"] = q = rise(rel, a.window)
+            print(f"  {b}: relevance of the skills read {q['early']:.3f} -> {q['late']:.3f}, rise {q['rise']:+.3f} "
+                  f"[{q['ci'][0]:+.3f}, {q['ci'][1]:+.3f}]")
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--every", type=int, default=5, help="checkpoint (and sweep) every N steps")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--every", type=int, default=10, help="checkpoint (and sweep) every N steps")
     ap.add_argument("--window", type=int, default=5, help="steps in the early and late windows")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "learn")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="more spec overrides")
@@ -110,21 +171,19 @@ def main() -> int:
             rt = ((r or {}).get("reward_terms") or {}).get("r_task")
             cells.append(f"{rt:6.3f} / {r['reward_mean']:6.3f}" if r and rt is not None else f"{'-':>16}")
         print(f"{s:4d}  " + "  ".join(f"{c:>16}" for c in cells))
-    ok = True
-    print(f"\nrise of r_task: mean of the last {a.window} steps minus the first {a.window} (95% Welch t interval over steps)")
-    summary = {"sets": sets, "wall_s": round(wall, 1), "backends": {}}
+    summary: dict = {"sets": sets, "wall_s": round(wall, 1), "backends": {}}
+    ok = paired_lifts(a, sets, backends, summary)
+    print(f"\nrise of r_task (unpaired, for reference): mean of the last {a.window} steps minus the first {a.window} "
+          "(95% Welch t interval over steps; the step's games dominate it)")
     for b in backends:
         vals = [((x.get("reward_terms") or {}).get("r_task")) for x in rows[b]]
         vals = [v for v in vals if v is not None]
         if len(vals) < 2 * a.window:
             print(f"  {b}: {len(vals)} steps with r_task, fewer than {2 * a.window}")
-            ok = False
             continue
         r = rise(vals, a.window)
-        ok &= r["rises"]
-        summary["backends"][b] = r
-        print(f"  {b}: {r['early']:.3f} -> {r['late']:.3f}, rise {r['rise']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
-              f" -> {'rises beyond noise' if r['rises'] else 'no rise beyond noise'}")
+        summary["backends"].setdefault(b, {})["r_task"] = r
+        print(f"  {b}: {r['early']:.3f} -> {r['late']:.3f}, rise {r['rise']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]")
     compare_json = a.out / "report" / "compare.json"
     if compare_json.exists():
         res = json.loads(compare_json.read_text())
