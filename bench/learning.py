@@ -85,11 +85,12 @@ def paired_lifts(a: argparse.Namespace, sets: list[str], backends: list[str], su
     """The check's verdict: per backend, the rise of the paired skill lift (r_task minus the same games replayed
     without skills under the same executor seeds, twinrun.core.skill_lift). True when every backend rises beyond
     noise and the replay reproduced every position that retrieved no skill."""
-    from twinrun.core.skill_lift import lift_by_step, read_rollouts, replay_without_skills, scored_positions, seed_check
+    from twinrun.core.records import read_jsonl
+    from twinrun.core.skill_lift import lift_by_step, replay_without_skills, scored_positions, seed_check
     from twinrun.core.spec import load_spec
 
     spec = load_spec(SPEC, sets)
-    positions = {b: scored_positions(read_rollouts(a.out / "runs" / b / "rollouts.jsonl")) for b in backends}
+    positions = {b: scored_positions(read_jsonl(a.out / "runs" / b / "rollouts.jsonl")) for b in backends}
     keys = {p.key for ps in positions.values() for p in ps}  # the backends share groups and seeds: replayed once
     replay = replay_without_skills(spec, keys, environ=dict(os.environ), cache=a.out / "no_skill_replay.json",
                                    say=lambda m: print(m, flush=True))

@@ -301,15 +301,18 @@ def final_tool_result(group_size: int) -> str:
 
 def call_message(ops: list[dict[str, Any]]) -> dict[str, Any]:
     """The assistant message of one taught curator turn: a single ``curate`` call."""
+    from twinrun.core.toolcalls import CURATE
+
     return {"role": "assistant", "content": "",
-            "tool_calls": [{"type": "function", "function": {"name": "curate", "arguments": {"operations": ops}}}]}
+            "tool_calls": [{"type": "function", "function": {"name": CURATE, "arguments": {"operations": ops}}}]}
 
 
 def call_text(ops: list[dict[str, Any]]) -> str:
-    """A taught turn as the text a backend decodes from it (Qwen3's tool-call markup): per_position history
-    turns are prompt-only messages holding that text."""
-    call = json.dumps({"name": "curate", "arguments": {"operations": ops}}, ensure_ascii=False)
-    return f"<think>\n\n</think>\n\n<tool_call>\n{call}\n</tool_call>"
+    """A taught turn as the text a backend decodes from it (the empty think block, then core's Hermes text of the
+    call): per_position history turns are prompt-only messages holding that text."""
+    from twinrun.core.toolcalls import format_curate_call
+
+    return "<think>\n\n</think>\n\n" + format_curate_call(ops)
 
 
 def build_conversations(transcripts: Sequence[Transcript], system: str, settings: WarmStartSettings, *,

@@ -65,17 +65,6 @@ def scored_positions(rollouts: Iterable[Mapping[str, Any]]) -> list[ScoredPositi
     return out
 
 
-def read_rollouts(path: Path) -> list[dict[str, Any]]:
-    """rollouts.jsonl rows (a torn last line is skipped)."""
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 def replay_without_skills(spec: Any, keys: Iterable[ReplayKey], *, data_root: Any = None,
                           environ: Mapping[str, str] | None = None, cache: Path | None = None,
                           workers: int | None = None, say: Callable[[str], None] | None = None
@@ -159,5 +148,5 @@ def seed_check(positions: Iterable[ScoredPosition], replay: Mapping[ReplayKey, b
     return sum(a == b for a, b in pairs), len(pairs)
 
 
-__all__ = ["ReplayKey", "ScoredPosition", "StepLift", "lift_by_step", "read_rollouts", "replay_without_skills",
+__all__ = ["ReplayKey", "ScoredPosition", "StepLift", "lift_by_step", "replay_without_skills",
            "scored_positions", "seed_check"]

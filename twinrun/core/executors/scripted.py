@@ -54,9 +54,8 @@ class ScriptedPolicy:
             action, why = view.rng.choice(admissible), "random admissible"
         else:
             action, why = (plan[0] if plan else "look"), "fallback"
-        note = ""
-        if self.skill_effect and view.task_type is not None:
-            note = f", skill relevance {relevance(view.skills_text, view.task_type):.2f}"
+        rel = self.skill_relevance(view.skills_text, view.task_type)
+        note = "" if rel is None else f", skill relevance {rel:.2f}"
         return f"<think>scripted policy: {why} action{note}</think>\n<action>{action}</action>"
 
     def sampling_record(self) -> None:
