@@ -201,3 +201,53 @@ def test_warm_start_inserts_reach_the_executor_of_their_own_type(alfworld_data, 
                     assert not missed, (task_type, op["arguments"]["content"], missed)
     finally:
         env.close()
+
+
+def test_warm_start_plans_write_only_calls_the_repository_accepts(smoke_spec_path):
+    """Issue 17: a taught write is an insert where the type's skill is missing and an update where it is there, so
+    every write applies; only a delete of a missing skill fails. When the warm start taught inserts at every
+    position, an insert after position 1 was invalid, delete was the one valid call there, and GRPO followed the
+    paper's r_fc (1/|G| per valid call) to deletes that spread to position 1."""
+    import random
+
+    from twinrun.core.skills import SkillRepo
+    from twinrun.core.spec import load_spec
+    from twinrun.warmstart import _draw_plan, _skill_present
+
+    spec = load_spec(smoke_spec_path)
+    rng, kinds = random.Random(0), set()
+    for k in range(200):
+        task_type = ("pick", "look")[k % 2]
+        plan = _draw_plan(task_type, 3, rng)
+        repo = SkillRepo.for_experiment(spec)
+        for present, turn in zip(_skill_present(plan), plan, strict=True):
+            assert (f"{task_type}-tips" in repo.names()) == present
+            for op in turn:
+                result = repo.apply(op["function"], op["arguments"])
+                kinds.add((present, op["function"], result.ok))
+                if op["function"] != "skill_delete":
+                    assert result.ok, (present, op, result)
+    # both states occur, with writes and both fates of a delete
+    assert {(False, "new_skill_insert", True), (True, "skill_update", True), (True, "skill_delete", True),
+            (False, "skill_delete", False)} <= kinds, kinds
+
+
+def test_warm_start_conversations_redraw_writes_that_fit_the_recorded_repository():
+    """The conversations after the first pass re-draw each turn; the input it follows was recorded under the
+    transcript's own plan, so the re-drawn write must fit that plan's repository (update where the recorded plan
+    left the skill, insert where it did not)."""
+    import random
+
+    from twinrun.warmstart import Transcript, WarmStartSettings, _draw_plan, _skill_present, build_conversations
+
+    rng = random.Random(1)
+    transcripts = [Transcript("pick", [f"input {k}.{i}" for i in range(3)], _draw_plan("pick", 3, rng)) for k in range(6)]
+    present = {f"input {k}.{i}": p for k, t in enumerate(transcripts) for i, p in enumerate(_skill_present(t.ops))}
+    seen = set()
+    for conv in build_conversations(transcripts, "system", WarmStartSettings(conversations=60), context="per_position"):
+        chi, call = conv[-2]["content"], conv[-1]["tool_calls"][0]["function"]["arguments"]["operations"]
+        for op in call:
+            seen.add((present[chi], op["function"]))
+            if op["function"] != "skill_delete":
+                assert op["function"] == ("skill_update" if present[chi] else "new_skill_insert"), (chi, op)
+    assert {(False, "new_skill_insert"), (True, "skill_update")} <= seen, seen

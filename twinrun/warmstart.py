@@ -5,8 +5,10 @@ operations, no repo, r_fc = 0 everywhere). Before the first RL step, both backen
 from the same warm-started weights: a few hundred AdamW steps on conversations that look exactly like a curation
 rollout (the spec's curator system prompt, the ``curate`` tool schema from core, real curator inputs chi_i recorded
 from real curation sessions of the spec's environment and executor) whose assistant turns are well-formed
-``curate`` calls, whose inserts vary in relevance (:data:`SKILL_BODIES`). This is a test device, not an experimental knob: it runs only for ``curator.model: tiny-qwen3``,
-its settings are constants here, and what it did is written to ``warmstart.json`` next to the weights.
+``curate`` calls whose writes vary in relevance (:data:`SKILL_BODIES`) and fit the repository (an insert where the
+type's skill is missing, an update where it is there: :func:`_op_templates`). This is a test device, not an
+experimental knob: it runs only for ``curator.model: tiny-qwen3``, its settings are constants here, and what it did
+is written to ``warmstart.json`` next to the weights.
 
 Rendering uses TRL's training variant of the Qwen3 template (the one GRPOTrainer itself renders multi-turn
 rollouts with), so the SFT tokens are the tokens the RL rollouts produce. The loss is on assistant tokens only.
@@ -32,7 +34,7 @@ from typing import Any
 from twinrun.core.errors import TwinrunError
 from twinrun.models import TINY_QWEN3, build_tiny_qwen3, local_or_hub
 
-WARMSTART_VERSION = 3
+WARMSTART_VERSION = 4
 
 # group steps far from any training step, so warm-start transcripts never replay a training task group
 _TRANSCRIPT_STEP0 = 10_000_000
@@ -85,15 +87,44 @@ def _description(task_type: str) -> str:
     return f"{task_type} and {verb} tasks" if verb else f"{task_type} tasks"
 
 
-def _op_templates(task_type: str) -> list[list[dict[str, Any]]]:
+def _op_templates(task_type: str, exists: bool = False) -> list[list[dict[str, Any]]]:
     """The small, regular set of curator turns the warm start teaches: short calls a 64-wide model can learn
-    in a few hundred steps (GRPO then has valid and invalid calls to tell apart: deleting a missing skill fails;
-    and inserts of varied relevance: :data:`SKILL_BODIES`)."""
+    in a few hundred steps, with writes of varied relevance (:data:`SKILL_BODIES`) and calls that fail (deleting a
+    missing skill), so GRPO has choices to tell apart.
+
+    ``exists``: whether the repository already holds this type's skill at this turn. Then the writes are
+    ``skill_update``s of it, not inserts: an insert of an existing name is invalid, so a warm start that taught
+    inserts at every position left delete as the only valid call after position 1. The paper's r_fc pays a valid
+    call 1/|G| whatever it does, and a delete also takes the skill from the next episode: in the first learning
+    checks GRPO followed r_fc to deletes at positions 2..|G|, which spread to position 1 (31% of its turns by
+    step 25, each one an invalid call on an empty repository, issue 17)."""
     name = f"{task_type}-tips"
-    inserts = [[{"function": "new_skill_insert", "arguments": {
-        "skill_name": name, "content": f"---\nname: {name}\ndescription: {_description(task_type)}\n---\n{body}\n"}}]
-        for body in SKILL_BODIES]
-    return [[], *inserts, [{"function": "skill_delete", "arguments": {"skill_name": name}}]]
+    writes = []
+    for body in SKILL_BODIES:
+        content = f"---\nname: {name}\ndescription: {_description(task_type)}\n---\n{body}\n"
+        writes.append([{"function": "skill_update", "arguments": {"skill_name": name, "new_content": content}}]
+                      if exists else
+                      [{"function": "new_skill_insert", "arguments": {"skill_name": name, "content": content}}])
+    return [[], *writes, [{"function": "skill_delete", "arguments": {"skill_name": name}}]]
+
+
+def _skill_present(ops: Sequence[Sequence[dict[str, Any]]]) -> list[bool]:
+    """Before each position's turn of a taught plan, whether the type's skill is in the repository (the plans
+    touch only that one name: an insert adds it, a delete removes it, an update keeps it)."""
+    present, out = False, []
+    for turn in ops:
+        out.append(present)
+        for op in turn:
+            present = {"new_skill_insert": True, "skill_delete": False}.get(op["function"], present)
+    return out
+
+
+def _draw_plan(task_type: str, n: int, rng: random.Random) -> list[list[dict[str, Any]]]:
+    """n turns drawn one after another, each from the templates that fit the repository the earlier ones left."""
+    plan: list[list[dict[str, Any]]] = []
+    for _ in range(n):
+        plan.append(rng.choice(_op_templates(task_type, exists=_skill_present([*plan, []])[-1])))
+    return plan
 
 
 def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
@@ -118,7 +149,7 @@ def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
             "settings": asdict(settings),
             # the shape of the taught turns' prompts (per_position rows or one accumulated conversation)
             "context": [spec.curator.context, spec.curator.history],
-            "ops": _op_templates("<type>"),
+            "ops": [_op_templates("<type>"), _op_templates("<type>", exists=True)],
             "verbs": TASK_VERBS,
             "final": final_tool_result(spec.environment.group_size),
         },
@@ -257,7 +288,7 @@ def record_transcripts(
 
         def drawn(k: int) -> tuple[TaskGroup, list[list[dict[str, Any]]]]:
             group = runtime.task_group(_TRANSCRIPT_STEP0 + k, k % spec.batch.groups_per_step)
-            return group, [rng.choice(_op_templates(group.task_type)) for _ in group.games]
+            return group, _draw_plan(group.task_type, len(group.games), rng)
 
         async def one(group: TaskGroup, plan: list[list[dict[str, Any]]]) -> Transcript | None:
             s = runtime.session(group, rollout_index=0)
@@ -334,8 +365,10 @@ def build_conversations(transcripts: Sequence[Transcript], system: str, settings
     out: list[list[dict]] = []
     for c in range(settings.conversations):
         t = transcripts[c % len(transcripts)]
-        # the first pass over the transcripts keeps the ops that really produced them; later passes re-draw
-        plan = t.ops if c < len(transcripts) else [rng.choice(_op_templates(t.task_type)) for _ in t.inputs]
+        # the first pass over the transcripts keeps the ops that really produced them; later passes re-draw each
+        # turn from the templates that fit the repository the recorded inputs show (the recorded plan's)
+        plan = t.ops if c < len(transcripts) else [rng.choice(_op_templates(t.task_type, exists=e))
+                                                   for e in _skill_present(t.ops)]
         plan = plan[: len(t.inputs)]
         if context == "per_position":
             done: list[HistoryTurn] = []
