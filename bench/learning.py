@@ -9,18 +9,20 @@ training rollout without skills under the rollout's own executor seed (twinrun.c
   total reward;
 * per step and backend: the paired skill lift, r_task minus the same games' no-skill replay (a step that drew long
   games scores low with any repo; the pairing takes that out), and the mean relevance of the skills the stand-in
-  executor read (what the curator controls; its expert chance is 0.4 + 0.6 x relevance);
+  executor read (what the curator controls; its expert chance is 0.2 + 0.8 x relevance here);
 * per backend: the rise of the paired lift, late steps minus early steps (the last and first `--window` steps),
   with a 95% Welch t interval over steps: it "rises beyond noise" when the interval's lower end is above 0. The
   replay's success rate does not depend on training, so this is the rise of r_task without the game draw's noise;
   the unpaired rise of r_task and the rise of relevance are printed beside it;
-* per backend: the held-out lift over the baseline at each swept checkpoint;
+* per backend: the held-out lift over the baseline at each swept checkpoint, and its rise: the last swept
+  checkpoint against the first on the same held-out games and executor seeds (exact McNemar);
 * the comparison's verdict on the two checkpoint curves (twinrun compare, as in the report).
 
 Both backends draw the same task groups at every step (same spec seed), so a rise that both share is not one
 backend's luck, and their replays are the same episodes (played once). Exit status 0 when both backends' paired lift
-rises beyond noise and each replay reproduces every position that retrieved no skill, 1 otherwise (the numbers are
-printed either way), 2 when the run failed. `--resume` (default) continues an interrupted check in the same --out.
+rises beyond noise, each replay reproduces every position that retrieved no skill, and both backends' held-out
+success rises from the first swept checkpoint to the last beyond noise (exact McNemar on the same games and
+executor seeds), 1 otherwise (the numbers are printed either way), 2 when the run failed. `--resume` (default) continues an interrupted check in the same --out.
 
     python bench/learning.py [--steps 30] [--every 10] [--out runs/learn] [--set key=value ...]
 
@@ -82,6 +84,32 @@ def rise(values: list[float], window: int) -> dict:
         half = float(stats.t.ppf(0.975, df)) * se
         lo, hi = d - half, d + half
     return {"early": float(early.mean()), "late": float(late.mean()), "rise": d, "ci": [lo, hi], "rises": bool(lo > 0)}
+
+
+def held_out_rise(sweep_dir: Path, backend: str) -> dict | None:
+    """The held-out lift's rise: the backend's last swept checkpoint against its first, on the same held-out games
+    under the same executor seeds (the sweep's common random numbers), by the exact McNemar test over the games
+    only one of the two won. Rises beyond noise when the later checkpoint wins more of them and p < 0.05. None
+    with fewer than two swept checkpoints."""
+    from twinrun.core.compare.stats import mcnemar_exact
+    from twinrun.core.records import read_jsonl
+
+    arms = {}
+    for f in (sweep_dir / "arms").glob(f"{backend}@*.jsonl"):
+        rows = [r for r in read_jsonl(f) if r.get("kind", "eval") == "eval"]
+        if rows:
+            arms[int(rows[0]["checkpoint_step"])] = {r["game_index"]: r["outcome"] for r in rows}
+    if len(arms) < 2:
+        return None
+    first, last = arms[min(arms)], arms[max(arms)]
+    both = [g for g in first if g in last and "unmeasured" not in (first[g], last[g])]
+    wins = sum(last[g] == "success" and first[g] != "success" for g in both)
+    losses = sum(first[g] == "success" and last[g] != "success" for g in both)
+    p = mcnemar_exact(wins, losses)
+    return {"first": min(arms), "last": max(arms), "games": len(both), "wins": wins, "losses": losses,
+            "first_rate": sum(first[g] == "success" for g in both) / max(len(both), 1),
+            "last_rate": sum(last[g] == "success" for g in both) / max(len(both), 1), "p": p,
+            "rises": bool(wins > losses and p < 0.05)}
 
 
 def paired_lifts(a: argparse.Namespace, sets: list[str], backends: list[str], summary: dict) -> bool:
@@ -201,6 +229,19 @@ def main() -> int:
             print(f"\nverdict {pair['a']} vs {pair['b']}: {pair['verdict']}. {pair['explanation']}")
             summary["verdict"] = {"pair": [pair["a"], pair["b"]], "verdict": pair["verdict"],
                                   "explanation": pair["explanation"]}
+    print("\nrise of the held-out lift: last swept checkpoint against the first, same games and executor seeds "
+          "(exact McNemar over the games only one of them won)")
+    for b in backends:
+        h = held_out_rise(a.out / "sweep", b)
+        summary["backends"].setdefault(b, {})["held_out_rise"] = h
+        if h is None:
+            print(f"  {b}: fewer than 2 swept checkpoints")
+            ok = False
+            continue
+        ok &= h["rises"]
+        print(f"  {b}: step {h['first']} {100 * h['first_rate']:.1f}% -> step {h['last']} {100 * h['last_rate']:.1f}% "
+              f"of {h['games']} games ({h['wins']} won only later, {h['losses']} only earlier, p {h['p']:.2g}) -> "
+              f"{'rises beyond noise' if h['rises'] else 'no rise beyond noise'}")
     print(f"\nwall {wall:.0f} s; {'both backends learn' if ok else 'not every backend rose beyond noise'}")
     (a.out / "learning.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 0 if ok else 1

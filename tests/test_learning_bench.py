@@ -28,3 +28,30 @@ def test_rise_claims_rarely_under_a_flat_truth_and_usually_under_a_rise():
     assert flat <= 0.05 and up >= 0.8 and down == 0.0, (flat, up, down)
     r = rise([0.0] * 5 + [0.5] * 5, 5)
     assert r["rise"] == 0.5 and r["ci"] == [0.5, 0.5] and r["rises"]
+
+
+def test_held_out_rise_pairs_the_first_and_last_checkpoint_on_the_same_games(tmp_path):
+    """Hand cases: games only the later checkpoint won count for the rise, games only the earlier one won against
+    it, unmeasured games and games missing from either arm are left out, and the middle checkpoint plays no part."""
+    import json
+
+    def arm(step: int, outcomes: str) -> None:
+        (tmp_path / "arms").mkdir(exist_ok=True)
+        code = {"1": "success", "0": "failure", "u": "unmeasured"}
+        rows = [{"kind": "eval", "checkpoint_step": step, "game_index": i, "outcome": code[o]}
+                for i, o in enumerate(outcomes)]
+        (tmp_path / "arms" / f"trl@{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    held_out_rise = _learning().held_out_rise
+    assert held_out_rise(tmp_path, "trl") is None
+    arm(10, "0000000000" + "1u")
+    arm(20, "0000000000" + "00")  # the middle checkpoint is not compared
+    arm(30, "1111111110" + "0u1")  # 9 won only later; game 10 lost later; game 11 unmeasured; 12 not in step 10
+    h = held_out_rise(tmp_path, "trl")
+    assert (h["first"], h["last"], h["games"], h["wins"], h["losses"]) == (10, 30, 11, 9, 1)
+    assert h["rises"] and abs(h["p"] - 0.021484375) < 1e-12  # binomial: 2 x P(X <= 1 | 10, 1/2)
+    arm(30, "1111000000" + "0u")  # 4 won later, 1 lost: not beyond noise
+    h = held_out_rise(tmp_path, "trl")
+    assert (h["wins"], h["losses"], h["rises"]) == (4, 1, False)
+    arm(30, "0000000000" + "0u")  # fell: never a rise
+    assert held_out_rise(tmp_path, "trl")["rises"] is False
