@@ -93,10 +93,13 @@ def test_smoke_spec_updates_agree_in_fp32(report):
             assert g["rel_diff"] < WEIGHT_TOL, (k, g)
     trl, verl = report["updates"]["trl"], report["updates"]["verl"]
     assert len(trl) == len(verl) == 3
-    for a, b in zip(trl, verl, strict=True):
+    for i, (a, b) in enumerate(zip(trl, verl, strict=True)):
         assert a["ratio"]["tokens"] == b["ratio"]["tokens"] > 0  # the same loss tokens on both sides
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
-        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+        # update 1 starts from the same weights; later ones from weights already apart by the fp32 + AdamW floor
+        # (WEIGHT_TOL), so their gradients carry it too: held at FLOOR x, as the gradient verdicts are (measured
+        # with issue 17's fourth warm start: update 3 at 1.4e-4)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4 if i == 0 else FLOOR * 1e-4)
     # update 1 is on-policy: both saw ratio 1 on every token
     assert trl[0]["ratio"]["abs_log_max"] < 1e-5 and verl[0]["ratio"]["abs_log_max"] < 1e-5
 
