@@ -10,18 +10,23 @@ training rollout without skills under the rollout's own executor seed (twinrun.c
 * per step and backend: the paired skill lift, r_task minus the same games' no-skill replay (a step that drew long
   games scores low with any repo; the pairing takes that out), and the mean relevance of the skills the stand-in
   executor read (what the curator controls; its expert chance is 0.2 + 0.8 x relevance here);
-* per backend: the rise of the paired lift, late steps minus early steps (the last and first `--window` steps),
-  with a 95% Welch t interval over steps: it "rises beyond noise" when the interval's lower end is above 0. The
+* per backend: the rise of the paired lift, the mean of the late steps minus the mean of the early steps, with a
+  95% Welch t interval over steps: it "rises beyond noise" when the interval's lower end is above 0. The early
+  window is the warmup steps + 1 (`--early`): their rollouts were sampled before any update at the full learning
+  rate, so they measure the warm start; the late window is the last half of the steps (`--late`). (With a window of
+  the first 5 steps, both backends' step 5 was already trained: their curators jump right after warmup.) The
   replay's success rate does not depend on training, so this is the rise of r_task without the game draw's noise;
   the unpaired rise of r_task and the rise of relevance are printed beside it;
 * per backend: the held-out lift over the baseline at each swept checkpoint, and its rise: the last swept
-  checkpoint against the first on the same held-out games and executor seeds (exact McNemar);
+  checkpoint against the warm start (step 0: the model both backends start from, swept in its own folder on the
+  same held-out games and executor seeds, whose baseline must reproduce the main sweep's game by game), by the
+  exact McNemar test;
 * the comparison's verdict on the two checkpoint curves (twinrun compare, as in the report).
 
 Both backends draw the same task groups at every step (same spec seed), so a rise that both share is not one
 backend's luck, and their replays are the same episodes (played once). Exit status 0 when both backends' paired lift
 rises beyond noise, each replay reproduces every position that retrieved no skill, and both backends' held-out
-success rises from the first swept checkpoint to the last beyond noise (exact McNemar on the same games and
+success rises from the warm start to the last swept checkpoint beyond noise (exact McNemar on the same games and
 executor seeds), 1 otherwise (the numbers are printed either way), 2 when the run failed. `--resume` (default) continues an interrupted check in the same --out.
 
     python bench/learning.py [--steps 30] [--every 10] [--out runs/learn] [--set key=value ...]
@@ -67,38 +72,49 @@ def step_rows(metrics: Path) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def rise(values: list[float], window: int) -> dict:
-    """Late minus early mean of per-step values, with a 95% Welch t interval (the two windows' steps as
-    independent draws: each step plays fresh task groups). Tested as rates over seeded draws: under a flat truth
-    it claims a rise in about 2.5% of draws."""
+def rise(values: list[float], early: int, late: int | None = None) -> dict:
+    """Mean of the last `late` per-step values minus the mean of the first `early` (late defaults to early), with a
+    95% Welch t interval (the two windows' steps as independent draws: each step plays fresh task groups). Tested
+    as rates over seeded draws: under a flat truth it claims a rise in about 2.5% of draws."""
     from scipy import stats
 
-    early, late = np.asarray(values[:window], float), np.asarray(values[-window:], float)
-    d = float(late.mean() - early.mean())
-    ve, vl = early.var(ddof=1) / len(early), late.var(ddof=1) / len(late)
+    late = early if late is None else late
+    first, last = np.asarray(values[:early], float), np.asarray(values[-late:], float)
+    d = float(last.mean() - first.mean())
+    ve, vl = first.var(ddof=1) / len(first), last.var(ddof=1) / len(last)
     se = float(np.sqrt(ve + vl))
     if se == 0.0:
         lo = hi = d
     else:
-        df = (ve + vl) ** 2 / (ve ** 2 / (len(early) - 1) + vl ** 2 / (len(late) - 1))
+        df = (ve + vl) ** 2 / (ve ** 2 / (len(first) - 1) + vl ** 2 / (len(last) - 1))
         half = float(stats.t.ppf(0.975, df)) * se
         lo, hi = d - half, d + half
-    return {"early": float(early.mean()), "late": float(late.mean()), "rise": d, "ci": [lo, hi], "rises": bool(lo > 0)}
+    return {"early": float(first.mean()), "late": float(last.mean()), "rise": d, "ci": [lo, hi], "rises": bool(lo > 0)}
 
 
-def held_out_rise(sweep_dir: Path, backend: str) -> dict | None:
-    """The held-out lift's rise: the backend's last swept checkpoint against its first, on the same held-out games
-    under the same executor seeds (the sweep's common random numbers), by the exact McNemar test over the games
-    only one of the two won. Rises beyond noise when the later checkpoint wins more of them and p < 0.05. None
-    with fewer than two swept checkpoints."""
-    from twinrun.core.compare.stats import mcnemar_exact
+def eval_outcomes(arm_file: Path) -> dict[int, str]:
+    """game index -> outcome of one swept arm."""
     from twinrun.core.records import read_jsonl
+
+    return {r["game_index"]: r["outcome"] for r in read_jsonl(arm_file) if r.get("kind", "eval") == "eval"}
+
+
+def held_out_rise(sweep_dir: Path, backend: str, start: Path | None = None) -> dict | None:
+    """The held-out lift's rise: the backend's last swept checkpoint against `start` (the warm start's arm, swept
+    on the same held-out games under the same executor seeds: step 0), else against its first swept checkpoint,
+    by the exact McNemar test over the games only one of the two won. Rises beyond noise when the later checkpoint
+    wins more of them and p < 0.05. None without two points to compare."""
+    from twinrun.core.compare.stats import mcnemar_exact
 
     arms = {}
     for f in (sweep_dir / "arms").glob(f"{backend}@*.jsonl"):
-        rows = [r for r in read_jsonl(f) if r.get("kind", "eval") == "eval"]
+        if "#" in f.stem:
+            continue  # a replicate arm (other executor seeds): not paired with the others
+        rows = eval_outcomes(f)
         if rows:
-            arms[int(rows[0]["checkpoint_step"])] = {r["game_index"]: r["outcome"] for r in rows}
+            arms[int(f.stem.split("@", 1)[1].split("#", 1)[0])] = rows
+    if start is not None and start.exists() and arms:
+        arms[0] = eval_outcomes(start)
     if len(arms) < 2:
         return None
     first, last = arms[min(arms)], arms[max(arms)]
@@ -110,6 +126,42 @@ def held_out_rise(sweep_dir: Path, backend: str) -> dict | None:
             "first_rate": sum(first[g] == "success" for g in both) / max(len(both), 1),
             "last_rate": sum(last[g] == "success" for g in both) / max(len(both), 1), "p": p,
             "rises": bool(wins > losses and p < 0.05)}
+
+
+def sweep_warm_start(a: argparse.Namespace, sets: list[str], backends: list[str]) -> tuple[Path | None, str]:
+    """Sweep the warm start itself (the curves' step 0: what both backends start from) on the held-out games, in
+    its own sweep folder so that `twinrun compare` of the trained runs does not see it. The games and the executor
+    seeds are the main sweep's (both come from the spec's seed and each game's id); the folder's own baseline arm
+    must reproduce the main sweep's game by game, or the pairing is not trusted. Returns (the warm start's arm file
+    or None, a note)."""
+    import shutil
+
+    from twinrun.cliutil import cache_dir, spec_from_cli
+    from twinrun.core import sweep as sw
+    from twinrun.core.records import RunPaths
+    from twinrun.warmstart import resolve_curator_model
+
+    spec = spec_from_cli(SPEC, sets)
+    run = a.out / "warm_start"
+    ckpt = RunPaths(run).checkpoint(0)
+    if not (ckpt / "config.json").is_file():  # copied whole, then renamed: a torn copy is never a checkpoint
+        model = Path(resolve_curator_model(spec, cache_dir(None), environ=dict(os.environ)))
+        tmp = ckpt.parent / f".{ckpt.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(model, tmp)
+        tmp.rename(ckpt)
+    trained = a.out / "runs" / backends[0] / "spec.yaml"  # the shape and seed the runs trained with
+    if trained.exists() and not (run / "spec.yaml").exists():
+        shutil.copyfile(trained, run / "spec.yaml")
+    out = a.out / "sweep_warm_start"
+    sw.sweep(spec, {"warm_start": run}, out, environ=dict(os.environ),
+             policy_factory=lambda arm, s: sw.hf_policy_factory(arm, s, cache_dir=cache_dir(None)))
+    ours, main = eval_outcomes(out / "arms" / "baseline.jsonl"), eval_outcomes(a.out / "sweep" / "arms" / "baseline.jsonl")
+    if ours != main:
+        differ = sum(ours.get(g) != o for g, o in main.items())
+        return None, (f"the warm start's sweep replayed the baseline differently on {differ} of {len(main)} games: "
+                      "its executor seeds are not the main sweep's, so it is not paired")
+    return out / "arms" / "warm_start@0.jsonl", f"its baseline reproduced the main sweep's on all {len(main)} games"
 
 
 def paired_lifts(a: argparse.Namespace, sets: list[str], backends: list[str], summary: dict) -> bool:
@@ -135,7 +187,7 @@ def paired_lifts(a: argparse.Namespace, sets: list[str], backends: list[str], su
                   + (f", rel {x.relevance:4.2f}" if x.relevance is not None else "")) if (x := lifts[b].get(s)) else "-"
                  for b in backends]
         print(f"{s + 1:4d}  " + "  ".join(f"{c:>35}" for c in cells))
-    print(f"\nrise of the paired lift: mean of the last {a.window} steps minus the first {a.window} "
+    print(f"\nrise of the paired lift: mean of the last {a.late} steps minus the first {a.early} "
           "(95% Welch t interval over steps)")
     for b in backends:
         agree, compared = seed_check(positions[b], replay)
@@ -147,19 +199,19 @@ def paired_lifts(a: argparse.Namespace, sets: list[str], backends: list[str], su
                   "retrieved nothing: the executor's seeds changed, the lift means nothing")
             ok = False
             continue
-        if len(vals) < 2 * a.window:
-            print(f"  {b}: {len(vals)} steps with scored positions, fewer than {2 * a.window}")
+        if len(vals) < a.early + a.late:
+            print(f"  {b}: {len(vals)} steps with scored positions, fewer than {a.early + a.late}")
             ok = False
             continue
-        r = rise(vals, a.window)
+        r = rise(vals, a.early, a.late)
         entry["paired_lift"] = r
         ok &= r["rises"]
         print(f"  {b}: {r['early']:+.3f} -> {r['late']:+.3f}, rise {r['rise']:+.3f} [{r['ci'][0]:+.3f}, "
               f"{r['ci'][1]:+.3f}] -> {'rises beyond noise' if r['rises'] else 'no rise beyond noise'} "
               f"(replay reproduced {agree}/{compared} positions without skills)")
         rel = [x.relevance for _, x in sorted(lifts[b].items()) if x.relevance is not None]
-        if len(rel) >= 2 * a.window:
-            entry["relevance"] = q = rise(rel, a.window)
+        if len(rel) >= a.early + a.late:
+            entry["relevance"] = q = rise(rel, a.early, a.late)
             print(f"  {b}: relevance of the skills read {q['early']:.3f} -> {q['late']:.3f}, rise {q['rise']:+.3f} "
                   f"[{q['ci'][0]:+.3f}, {q['ci'][1]:+.3f}]")
     return ok
@@ -169,16 +221,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--every", type=int, default=10, help="checkpoint (and sweep) every N steps")
-    ap.add_argument("--window", type=int, default=5, help="steps in the early and late windows")
+    ap.add_argument("--early", type=int, default=None,
+                    help="steps in the early window (default: the warmup steps + 1, sampled before any update at the "
+                         "full learning rate: the warm start's level)")
+    ap.add_argument("--late", type=int, default=None, help="steps in the late window (default: the last half)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "learn")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="more spec overrides")
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="print the numbers of an existing --out")
     a = ap.parse_args()
-    if a.window * 2 > a.steps:
-        print(f"--window: {a.window} needs --steps >= {2 * a.window} (fix: fewer window steps or more steps)")
-        return 2
     sets = [*LEARNING_SETS, f"steps={a.steps}", f"checkpoint_every={a.every}", *a.sets]
+    from twinrun.core.spec import load_spec
+
+    a.early = a.early or load_spec(SPEC, sets).optimizer.warmup_steps + 1
+    a.late = a.late or a.steps // 2
+    if a.early < 2 or a.late < 2 or a.early + a.late > a.steps:
+        print(f"--early/--late: {a.early} and {a.late} steps need two or more each and --steps >= {a.early + a.late} "
+              f"(now {a.steps}) (fix: other window sizes or more steps)")
+        return 2
     print(f"learning check: {SPEC.name} with {' '.join(sets)}; out {a.out}", flush=True)
     t0 = time.time()
     if not a.report_only:
@@ -203,17 +263,17 @@ def main() -> int:
             rt = ((r or {}).get("reward_terms") or {}).get("r_task")
             cells.append(f"{rt:6.3f} / {r['reward_mean']:6.3f}" if r and rt is not None else f"{'-':>16}")
         print(f"{s:4d}  " + "  ".join(f"{c:>16}" for c in cells))
-    summary: dict = {"sets": sets, "wall_s": round(wall, 1), "backends": {}}
+    summary: dict = {"sets": sets, "wall_s": None if a.report_only else round(wall, 1), "backends": {}}
     ok = paired_lifts(a, sets, backends, summary)
-    print(f"\nrise of r_task (unpaired, for reference): mean of the last {a.window} steps minus the first {a.window} "
+    print(f"\nrise of r_task (unpaired, for reference): mean of the last {a.late} steps minus the first {a.early} "
           "(95% Welch t interval over steps; the step's games dominate it)")
     for b in backends:
         vals = [((x.get("reward_terms") or {}).get("r_task")) for x in rows[b]]
         vals = [v for v in vals if v is not None]
-        if len(vals) < 2 * a.window:
-            print(f"  {b}: {len(vals)} steps with r_task, fewer than {2 * a.window}")
+        if len(vals) < a.early + a.late:
+            print(f"  {b}: {len(vals)} steps with r_task, fewer than {a.early + a.late}")
             continue
-        r = rise(vals, a.window)
+        r = rise(vals, a.early, a.late)
         summary["backends"].setdefault(b, {})["r_task"] = r
         print(f"  {b}: {r['early']:.3f} -> {r['late']:.3f}, rise {r['rise']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]")
     compare_json = a.out / "report" / "compare.json"
@@ -229,10 +289,13 @@ def main() -> int:
             print(f"\nverdict {pair['a']} vs {pair['b']}: {pair['verdict']}. {pair['explanation']}")
             summary["verdict"] = {"pair": [pair["a"], pair["b"]], "verdict": pair["verdict"],
                                   "explanation": pair["explanation"]}
-    print("\nrise of the held-out lift: last swept checkpoint against the first, same games and executor seeds "
-          "(exact McNemar over the games only one of them won)")
+    start, note = sweep_warm_start(a, sets, backends) if compare_json.exists() else (None, "no sweep")
+    print(f"\nrise of the held-out lift: last swept checkpoint against the warm start (step 0; {note}), same games "
+          "and executor seeds (exact McNemar over the games only one of them won)")
+    if start is None:
+        ok = False
     for b in backends:
-        h = held_out_rise(a.out / "sweep", b)
+        h = held_out_rise(a.out / "sweep", b, start)
         summary["backends"].setdefault(b, {})["held_out_rise"] = h
         if h is None:
             print(f"  {b}: fewer than 2 swept checkpoints")
@@ -242,7 +305,8 @@ def main() -> int:
         print(f"  {b}: step {h['first']} {100 * h['first_rate']:.1f}% -> step {h['last']} {100 * h['last_rate']:.1f}% "
               f"of {h['games']} games ({h['wins']} won only later, {h['losses']} only earlier, p {h['p']:.2g}) -> "
               f"{'rises beyond noise' if h['rises'] else 'no rise beyond noise'}")
-    print(f"\nwall {wall:.0f} s; {'both backends learn' if ok else 'not every backend rose beyond noise'}")
+    ran = f"wall {wall:.0f} s" if not a.report_only else "report only (no training in this call)"
+    print(f"\n{ran}; {'both backends learn' if ok else 'not every backend rose beyond noise'}")
     (a.out / "learning.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 0 if ok else 1
 

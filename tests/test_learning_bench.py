@@ -30,6 +30,20 @@ def test_rise_claims_rarely_under_a_flat_truth_and_usually_under_a_rise():
     assert r["rise"] == 0.5 and r["ci"] == [0.5, 0.5] and r["rises"]
 
 
+def test_rise_with_a_short_early_window_keeps_its_error_rate_and_sees_an_early_jump():
+    """`make learn`'s default windows: the warmup steps + 1 (4) against the last half (15 of 30 steps). A curve
+    that jumps right after warmup, as both backends' did, is seen; a flat one rarely; the window sizes count."""
+    rise = _learning().rise
+    rng = np.random.default_rng(1)
+    draws = 400
+    jump = np.r_[np.full(4, 0.15), np.full(26, 0.45)]  # 32 positions a step, r_task's shape in `make learn`
+    flat = sum(rise(list(rng.binomial(32, 0.3, 30) / 32), 4, 15)["rises"] for _ in range(draws)) / draws
+    up = sum(rise(list(rng.binomial(32, jump) / 32), 4, 15)["rises"] for _ in range(draws)) / draws
+    assert flat <= 0.05 and up >= 0.8, (flat, up)
+    r = rise([0.0, 0.0, 1.0, 1.0, 1.0, 1.0], 2, 3)
+    assert (r["early"], r["late"], r["rise"], r["rises"]) == (0.0, 1.0, 1.0, True)
+
+
 def test_held_out_rise_pairs_the_first_and_last_checkpoint_on_the_same_games(tmp_path):
     """Hand cases: games only the later checkpoint won count for the rise, games only the earlier one won against
     it, unmeasured games and games missing from either arm are left out, and the middle checkpoint plays no part."""
@@ -55,3 +69,14 @@ def test_held_out_rise_pairs_the_first_and_last_checkpoint_on_the_same_games(tmp
     assert (h["wins"], h["losses"], h["rises"]) == (4, 1, False)
     arm(30, "0000000000" + "0u")  # fell: never a rise
     assert held_out_rise(tmp_path, "trl")["rises"] is False
+    # against the warm start (step 0, swept elsewhere on the same games): the first swept checkpoint plays no part
+    arm(30, "1111111111" + "0u")
+    start = tmp_path / "ws" / "warm_start@0.jsonl"
+    start.parent.mkdir()
+    start.write_text("".join(json.dumps({"kind": "eval", "checkpoint_step": 0, "game_index": i, "outcome": "failure"})
+                             + "\n" for i in range(12)))
+    h = held_out_rise(tmp_path, "trl", start)
+    assert (h["first"], h["last"], h["wins"], h["losses"], h["rises"]) == (0, 30, 10, 0, True)
+    replicate = {"kind": "eval", "checkpoint_step": 40, "game_index": 0, "outcome": "success"}
+    (tmp_path / "arms" / "trl@40#r1.jsonl").write_text(json.dumps(replicate) + "\n")  # other executor seeds
+    assert held_out_rise(tmp_path, "trl", start)["last"] == 30
