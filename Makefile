@@ -38,8 +38,9 @@ demo: env
 	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
 	$(BIN)/twinrun run experiments/smoke-cpu.yaml --out $(DEMO_OUT) --resume
 
-# the CPU learning check (bench/learning.py): both backends train the smoke arm ~20 steps from the same warm start;
-# prints per-step reward per backend, the rise of r_task with its 95% Welch interval, and the comparison's verdict
+# the CPU learning check (bench/learning.py, ~25 minutes on 2 cores): both backends train the smoke arm 30 steps
+# from the same warm start; prints per-step reward and paired skill lift per backend, their rise from the warm start
+# with a 95% Welch interval, the held-out rise from the warm start (exact McNemar) and the comparison's verdict
 learn: env
 	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
 	$(BIN)/python bench/learning.py --out $(LEARN_OUT)
