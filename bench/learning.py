@@ -27,8 +27,9 @@ training rollout without skills under the rollout's own executor seed (twinrun.c
 
 Both backends draw the same task groups at every step (same spec seed), so a rise that both share is not one
 backend's luck, and their replays are the same episodes (played once). Exit status 0 when both backends' paired lift
-rises beyond noise and each replay reproduces every position that retrieved no skill (training rollouts start
-from an empty repository, so each is an independent draw of the curator), 1 otherwise (the numbers are printed either way), 2 when the run failed. `--resume` (default) continues an interrupted check in the same --out.
+rises beyond noise and each replay reproduces every position that retrieved no skill (training rollouts start from
+an empty repository, so each is an independent draw of the curator), 1 otherwise (the numbers are printed either
+way), 2 when the run failed. `--resume` (default) continues an interrupted check in the same --out.
 
     python bench/learning.py [--steps 30] [--every 10] [--out runs/learn] [--set key=value ...]
 
@@ -50,6 +51,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -93,11 +95,32 @@ def rise(values: list[float], early: int, late: int | None = None) -> dict:
     return {"early": float(first.mean()), "late": float(last.mean()), "rise": d, "ci": [lo, hi], "rises": bool(lo > 0)}
 
 
-def eval_outcomes(arm_file: Path) -> dict[int, str]:
-    """game index -> outcome of one swept arm."""
+def eval_rows(arm_file: Path) -> list[dict]:
+    """The eval rows of one swept arm."""
     from twinrun.core.records import read_jsonl
 
-    return {r["game_index"]: r["outcome"] for r in read_jsonl(arm_file) if r.get("kind", "eval") == "eval"}
+    return [r for r in read_jsonl(arm_file) if r.get("kind", "eval") == "eval"]
+
+
+def eval_outcomes(arm_file: Path) -> dict[int, str]:
+    """game index -> outcome of one swept arm."""
+    return {r["game_index"]: r["outcome"] for r in eval_rows(arm_file)}
+
+
+def accepted_writes(arm_file: Path) -> int:
+    """Swept games of one arm whose curator call changed the repository (an accepted insert or update)."""
+    return sum(any(o.get("ok") and o.get("function") in ("new_skill_insert", "skill_update")
+                   for o in r.get("curator_ops") or []) for r in eval_rows(arm_file))
+
+
+def held_out_arms(sweep_dir: Path, backend: str, start: Path | None = None) -> dict[int, Path]:
+    """step -> arm file of the backend's swept checkpoints (replicate arms, played under other executor seeds, are
+    not paired with the others), plus `start` as step 0 when given and present."""
+    arms = {int(f.stem.split("@", 1)[1]): f for f in (sweep_dir / "arms").glob(f"{backend}@*.jsonl")
+            if "#" not in f.stem}
+    if start is not None and start.exists() and arms:
+        arms[0] = start
+    return arms
 
 
 def held_out_rise(sweep_dir: Path, backend: str, start: Path | None = None) -> dict | None:
@@ -107,15 +130,7 @@ def held_out_rise(sweep_dir: Path, backend: str, start: Path | None = None) -> d
     wins more of them and p < 0.05. None without two points to compare."""
     from twinrun.core.compare.stats import mcnemar_exact
 
-    arms = {}
-    for f in (sweep_dir / "arms").glob(f"{backend}@*.jsonl"):
-        if "#" in f.stem:
-            continue  # a replicate arm (other executor seeds): not paired with the others
-        rows = eval_outcomes(f)
-        if rows:
-            arms[int(f.stem.split("@", 1)[1].split("#", 1)[0])] = rows
-    if start is not None and start.exists() and arms:
-        arms[0] = eval_outcomes(start)
+    arms = {step: rows for step, f in held_out_arms(sweep_dir, backend, start).items() if (rows := eval_outcomes(f))}
     if len(arms) < 2:
         return None
     first, last = arms[min(arms)], arms[max(arms)]
@@ -129,21 +144,7 @@ def held_out_rise(sweep_dir: Path, backend: str, start: Path | None = None) -> d
             "rises": bool(wins > losses and p < 0.05)}
 
 
-def accepted_writes(sweep_dir: Path, backend: str, last: int, start: Path | None) -> tuple[int, int]:
-    """(writes of the first arm, writes of the last): swept games whose curator call changed the repository."""
-    from twinrun.core.records import read_jsonl
-
-    def count(f: Path) -> int:
-        return sum(any(o.get("ok") and o.get("function") in ("new_skill_insert", "skill_update")
-                       for o in r.get("curator_ops") or []) for r in read_jsonl(f) if r.get("kind", "eval") == "eval")
-
-    steps = sorted(int(f.stem.split("@", 1)[1]) for f in (sweep_dir / "arms").glob(f"{backend}@*.jsonl")
-                   if "#" not in f.stem)
-    first = start if start is not None else sweep_dir / "arms" / f"{backend}@{steps[0]}.jsonl"
-    return count(first), count(sweep_dir / "arms" / f"{backend}@{last}.jsonl")
-
-
-def sweep_warm_start(a: argparse.Namespace, sets: list[str], backends: list[str]) -> tuple[Path | None, str]:
+def sweep_warm_start(a: argparse.Namespace, spec: Any, backends: list[str]) -> tuple[Path | None, str]:
     """Sweep the warm start itself (the curves' step 0: what both backends start from) on the held-out games, in
     its own sweep folder so that `twinrun compare` of the trained runs does not see it. The games and the executor
     seeds are the main sweep's (both come from the spec's seed and each game's id); the folder's own baseline arm
@@ -151,16 +152,16 @@ def sweep_warm_start(a: argparse.Namespace, sets: list[str], backends: list[str]
     or None, a note)."""
     import shutil
 
-    from twinrun.cliutil import cache_dir, spec_from_cli
+    from twinrun.cliutil import cache_dir
     from twinrun.core import sweep as sw
     from twinrun.core.records import RunPaths
     from twinrun.warmstart import resolve_curator_model
 
-    spec = spec_from_cli(SPEC, sets)
+    cache = cache_dir(None)  # $TWINRUN_CACHE, as `twinrun run` read it
     run = a.out / "warm_start"
     ckpt = RunPaths(run).checkpoint(0)
     if not (ckpt / "config.json").is_file():  # copied whole, then renamed: a torn copy is never a checkpoint
-        model = Path(resolve_curator_model(spec, cache_dir(None), environ=dict(os.environ)))
+        model = Path(resolve_curator_model(spec, cache, environ=dict(os.environ)))
         tmp = ckpt.parent / f".{ckpt.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(model, tmp)
@@ -170,7 +171,7 @@ def sweep_warm_start(a: argparse.Namespace, sets: list[str], backends: list[str]
         shutil.copyfile(trained, run / "spec.yaml")
     out = a.out / "sweep_warm_start"
     sw.sweep(spec, {"warm_start": run}, out, environ=dict(os.environ),
-             policy_factory=lambda arm, s: sw.hf_policy_factory(arm, s, cache_dir=cache_dir(None)))
+             policy_factory=lambda arm, s: sw.hf_policy_factory(arm, s, cache_dir=cache))
     ours, main = eval_outcomes(out / "arms" / "baseline.jsonl"), eval_outcomes(a.out / "sweep" / "arms" / "baseline.jsonl")
     if ours != main:
         differ = sum(ours.get(g) != o for g, o in main.items())
@@ -179,15 +180,12 @@ def sweep_warm_start(a: argparse.Namespace, sets: list[str], backends: list[str]
     return out / "arms" / "warm_start@0.jsonl", f"its baseline reproduced the main sweep's on all {len(main)} games"
 
 
-def paired_lifts(a: argparse.Namespace, sets: list[str], backends: list[str], summary: dict) -> bool:
+def paired_lifts(a: argparse.Namespace, spec: Any, backends: list[str], summary: dict) -> bool:
     """The check's verdict: per backend, the rise of the paired skill lift (r_task minus the same games replayed
     without skills under the same executor seeds, twinrun.core.skill_lift). True when every backend rises beyond
     noise and the replay reproduced every position that retrieved no skill."""
     from twinrun.core.records import read_jsonl
     from twinrun.core.skill_lift import lift_by_step, replay_without_skills, scored_positions, seed_check
-    from twinrun.core.spec import load_spec
-
-    spec = load_spec(SPEC, sets)
     positions = {b: scored_positions(read_jsonl(a.out / "runs" / b / "rollouts.jsonl")) for b in backends}
     keys = {p.key for ps in positions.values() for p in ps}  # the backends share groups and seeds: replayed once
     replay = replay_without_skills(spec, keys, environ=dict(os.environ), cache=a.out / "no_skill_replay.json",
@@ -246,9 +244,10 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true", help="print the numbers of an existing --out")
     a = ap.parse_args()
     sets = [*LEARNING_SETS, f"steps={a.steps}", f"checkpoint_every={a.every}", *a.sets]
-    from twinrun.core.spec import load_spec
+    from twinrun.cliutil import spec_from_cli
 
-    a.early = a.early or load_spec(SPEC, sets).optimizer.warmup_steps + 1
+    spec = spec_from_cli(SPEC, sets)  # the spec `twinrun run` trains with these overrides
+    a.early = a.early or spec.optimizer.warmup_steps + 1
     a.late = a.late or a.steps // 2
     if a.early < 2 or a.late < 2 or a.early + a.late > a.steps:
         print(f"--early/--late: {a.early} and {a.late} steps need two or more each and --steps >= {a.early + a.late} "
@@ -279,7 +278,7 @@ def main() -> int:
             cells.append(f"{rt:6.3f} / {r['reward_mean']:6.3f}" if r and rt is not None else f"{'-':>16}")
         print(f"{s:4d}  " + "  ".join(f"{c:>16}" for c in cells))
     summary: dict = {"sets": sets, "wall_s": None if a.report_only else round(wall, 1), "backends": {}}
-    ok = paired_lifts(a, sets, backends, summary)
+    ok = paired_lifts(a, spec, backends, summary)
     print(f"\nrise of r_task (unpaired, for reference): mean of the last {a.late} steps minus the first {a.early} "
           "(95% Welch t interval over steps; the step's games dominate it)")
     for b in backends:
@@ -304,7 +303,7 @@ def main() -> int:
             print(f"\nverdict {pair['a']} vs {pair['b']}: {pair['verdict']}. {pair['explanation']}")
             summary["verdict"] = {"pair": [pair["a"], pair["b"]], "verdict": pair["verdict"],
                                   "explanation": pair["explanation"]}
-    start, note = sweep_warm_start(a, sets, backends) if compare_json.exists() else (None, "no sweep")
+    start, note = sweep_warm_start(a, spec, backends) if compare_json.exists() else (None, "no sweep")
     # Not part of the exit status: the sweep streams its games through one repository, so every game of a type
     # leans on the one or two skills the curator wrote first (2 to 10 accepted writes per 32-game arm in `make learn`).
     # McNemar's games are then not independent evidence about the curator: seed 0 rose (p 0.039 in both backends),
@@ -319,9 +318,10 @@ def main() -> int:
         if h is None:
             print(f"  {b}: fewer than 2 swept checkpoints")
             continue
-        w = accepted_writes(a.out / "sweep", b, h["last"], start if h["first"] == 0 else None)
-        print(f"  {b}: step {h['first']} {100 * h['first_rate']:.1f}% [{w[0]}] -> step {h['last']} "
-              f"{100 * h['last_rate']:.1f}% [{w[1]}] of {h['games']} games ({h['wins']} won only later, "
+        arms = held_out_arms(a.out / "sweep", b, start)
+        print(f"  {b}: step {h['first']} {100 * h['first_rate']:.1f}% [{accepted_writes(arms[h['first']])}] -> step "
+              f"{h['last']} {100 * h['last_rate']:.1f}% [{accepted_writes(arms[h['last']])}] of {h['games']} games "
+              f"({h['wins']} won only later, "
               f"{h['losses']} only earlier, p {h['p']:.2g})")
     ran = f"wall {wall:.0f} s" if not a.report_only else "report only (no training in this call)"
     print(f"\n{ran}; {'both backends learn (paired lift)' if ok else 'not every backend rose beyond noise'}")
