@@ -152,10 +152,10 @@ def sweep_warm_start(a: argparse.Namespace, spec: Any, backends: list[str]) -> t
     or None, a note)."""
     import shutil
 
-    from twinrun.cliutil import cache_dir
+    from twinrun.commands._common import cache_dir
     from twinrun.core import sweep as sw
     from twinrun.core.records import RunPaths
-    from twinrun.warmstart import resolve_curator_model
+    from twinrun.models.warmstart import resolve_curator_model
 
     cache = cache_dir(None)  # $TWINRUN_CACHE, as `twinrun run` read it
     run = a.out / "warm_start"
@@ -244,7 +244,7 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true", help="print the numbers of an existing --out")
     a = ap.parse_args()
     sets = [*LEARNING_SETS, f"steps={a.steps}", f"checkpoint_every={a.every}", *a.sets]
-    from twinrun.cliutil import spec_from_cli
+    from twinrun.commands._common import spec_from_cli
 
     spec = spec_from_cli(SPEC, sets)  # the spec `twinrun run` trains with these overrides
     a.early = a.early or spec.optimizer.warmup_steps + 1

@@ -33,6 +33,8 @@ def _root() -> None:
 
 def _register_commands() -> None:
     for mod in sorted(pkgutil.iter_modules(twinrun.commands.__path__), key=lambda m: m.name):
+        if mod.name.startswith("_"):  # shared option helpers (_common), not a command
+            continue
         module = importlib.import_module(f"twinrun.commands.{mod.name}")
         module.register(app)
 

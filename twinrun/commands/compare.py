@@ -42,7 +42,7 @@ def compare_cmd(
                                "figures to the tracker of a tracked sweep (its tracking.json)"),
 ) -> None:
     """Compare checkpoint arms with the same-sweep baseline; say whether runs' curves share a shape."""
-    from twinrun.cliutil import print_json
+    from twinrun.commands._common import print_json
     from twinrun.core.compare import CompareSettings, compare
 
     settings = CompareSettings(alpha=alpha, power=power, level=level, n_boot=n_boot, seed=seed,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import typer
 
-from twinrun.cliutil import CacheOption, cache_dir
+from twinrun.commands._common import CacheOption, cache_dir
 from twinrun.core.errors import TwinrunError
 
 
@@ -74,7 +74,7 @@ def eval_agent(
     template-copy share; optionally with and without retrieved skills."""
     import os
 
-    from twinrun.cliutil import print_json
+    from twinrun.commands._common import print_json
     from twinrun.core.agent_eval import (
         AgentEvalSettings,
         EvalArm,
@@ -87,7 +87,7 @@ def eval_agent(
     )
     from twinrun.core.agent_eval.runs import run_checkpoints
     from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
-    from twinrun.models import resolve_model
+    from twinrun.models.tiny import resolve_model
 
     if not checkpoint and not base_url and not run:
         raise TwinrunError("--checkpoint: none given (fix: --checkpoint DIR, repeatable, --run DIR, or --base-url "

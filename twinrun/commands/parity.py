@@ -2,7 +2,7 @@
 verl's real update; per tensor group and in total the gradient difference ``||g_trl - g_verl|| / ||g_trl||`` of
 every optimizer update (judged: exit 1 over ``--tol``) and the weight difference after AdamW (reported, B15).
 
-The work lives in `twinrun.parity` (run: one comparison; knobs: the knob table); this module parses and prints.
+The work lives in `twinrun.app.parity` (run: one comparison; knobs: the knob table); this module parses and prints.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from twinrun.cliutil import CacheOption, SetOption, cache_dir, spec_from_cli
+from twinrun.commands._common import CacheOption, SetOption, cache_dir, spec_from_cli
 
 
 def register(app: typer.Typer) -> None:
@@ -35,8 +35,8 @@ def parity(
     cache: Optional[Path] = CacheOption,
 ) -> None:
     """Replay recorded rollouts through TRL's and verl's update from the same weights; compare the updates."""
-    from twinrun.parity import render
-    from twinrun.parity.run import record_rollouts, run_parity
+    from twinrun.app.parity import render
+    from twinrun.app.parity.run import record_rollouts, run_parity
 
     spec = spec_from_cli(spec_path, sets)
     cdir = cache_dir(cache)
@@ -44,7 +44,7 @@ def parity(
     path = rollouts or record_rollouts(spec, cdir, out / "recorded", log=log)
     table = None
     if knobs:  # the first knob is the spec as is: its comparison is the report
-        from twinrun.parity.knobs import run_knob_table
+        from twinrun.app.parity.knobs import run_knob_table
 
         table = run_knob_table(spec_path, sets, path, out / "knobs", cache_dir=cdir, tol=tol, log=log,
                                model=model)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from twinrun.cliutil import SetOption, print_json, spec_from_cli
+from twinrun.commands._common import SetOption, print_json, spec_from_cli
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +25,7 @@ def plan(
                                         help="also show OTHER_SPEC's per-step counts and every field that differs"),
 ) -> None:
     """Compile SPEC for each backend without importing either framework and compare the arms."""
-    from twinrun.plan import build_plan
+    from twinrun.app.plan import build_plan
 
     spec = spec_from_cli(spec_path, sets)
     other = spec_from_cli(against, []) if against is not None else None

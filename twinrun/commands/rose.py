@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from twinrun.cliutil import CacheOption, SetOption, cache_dir, spec_from_cli
+from twinrun.commands._common import CacheOption, SetOption, cache_dir, spec_from_cli
 from twinrun.core.errors import TwinrunError
 
 
@@ -35,7 +35,7 @@ def rose(
 ) -> None:
     """Online stitched SFT: student prefix, teacher continuation, SFT on the teacher's turns; round after round."""
     from twinrun.backends.registry import check_dependencies
-    from twinrun.rose import ROSE_TRAINERS, run_rose
+    from twinrun.app.rose import ROSE_TRAINERS, run_rose
 
     if backend not in ROSE_TRAINERS:
         raise TwinrunError(f"--backend: {backend!r} is not an SFT backend (fix: one of {', '.join(ROSE_TRAINERS)})")

@@ -21,7 +21,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from twinrun.cliutil import CacheOption, SetOption, cache_dir, spec_from_cli
+from twinrun.commands._common import CacheOption, SetOption, cache_dir, spec_from_cli
 from twinrun.core.errors import TwinrunError
 
 
@@ -44,7 +44,7 @@ def run(
     from twinrun.core import compare as cmp
     from twinrun.core import report as rep
     from twinrun.core import sweep as sw
-    from twinrun.plan import build_plan
+    from twinrun.app.plan import build_plan
 
     console = Console()
     seed_list = parse_seeds(seeds)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from twinrun.cliutil import CacheOption, SetOption, cache_dir, print_json, spec_from_cli
+from twinrun.commands._common import CacheOption, SetOption, cache_dir, print_json, spec_from_cli
 from twinrun.core.errors import TwinrunError
 
 SFT_TRAINERS = {
@@ -45,7 +45,7 @@ def sft(
     import importlib
 
     from twinrun.backends.registry import check_dependencies
-    from twinrun.sft_plan import SFT_BACKENDS, plan_without_data, prepare_sft, render_plan
+    from twinrun.backends.sft_plan import SFT_BACKENDS, plan_without_data, prepare_sft, render_plan
 
     if data is not None:
         sets = [*sets, f"sft.data={data.resolve()}"]

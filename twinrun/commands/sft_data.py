@@ -25,7 +25,7 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-from twinrun.cliutil import SetOption, spec_from_cli
+from twinrun.commands._common import SetOption, spec_from_cli
 from twinrun.core.errors import TwinrunError
 
 
@@ -74,7 +74,7 @@ def stats(
     as_json: bool = typer.Option(False, "--json", help="print the numbers as JSON"),
 ) -> None:
     """Episodes, teacher success, supervised turns, literal and any-template copy shares of a trajectory file."""
-    from twinrun.cliutil import print_json
+    from twinrun.commands._common import print_json
     from twinrun.core.sft_stats import render_stats, trajectory_stats
     from twinrun.core.template_copy import STUDY_LITERAL_COPIES
     from twinrun.core.trajectories import load_trajectories
@@ -116,7 +116,7 @@ def _teacher_data(spec, out: Path, base_url: str | None, model: str | None) -> N
     import hashlib
     import json
 
-    from twinrun.cliutil import teacher_endpoint
+    from twinrun.commands._common import teacher_endpoint
     from twinrun.core.agent_eval import sample_games
     from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
     from twinrun.core.executors import BackgroundLoop

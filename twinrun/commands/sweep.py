@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from twinrun.cliutil import CacheOption, SetOption, cache_dir
+from twinrun.commands._common import CacheOption, SetOption, cache_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -65,7 +65,7 @@ def sweep_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the sweep summary as JSON"),
 ) -> None:
     """Evaluate every checkpoint of each run on held-out games with streaming curation, plus a baseline arm."""
-    from twinrun.cliutil import print_json, spec_from_cli
+    from twinrun.commands._common import print_json, spec_from_cli
     from twinrun.core import sweep as sw
 
     if executor is not None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from twinrun.cliutil import CacheOption, SetOption, cache_dir, spec_from_cli
+from twinrun.commands._common import CacheOption, SetOption, cache_dir, spec_from_cli
 from twinrun.core.errors import TwinrunError
 
 
@@ -26,7 +26,7 @@ def train(
 ) -> None:
     """Train SPEC's curator with one backend; refuses if the spec's backends would not run the same work."""
     from twinrun.backends import registry
-    from twinrun.plan import build_plan
+    from twinrun.app.plan import build_plan
 
     spec = spec_from_cli(spec_path, sets)
     if backend not in spec.backends:

@@ -363,7 +363,7 @@ def build_sft_dataset(
     records: Sequence[TrajectoryRecord], tokenizer: Any, *, max_length: int, seed: int
 ) -> SFTDataset:
     """Tokenize every record, drop those left without a trained token (e.g. truncation cut every reply), and
-    permute with ``seed``. Both backends then read the examples in this order (see twinrun.sft_plan)."""
+    permute with ``seed``. Both backends then read the examples in this order (see twinrun.backends.sft_plan)."""
     import numpy as np
 
     if not records:

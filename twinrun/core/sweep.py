@@ -220,7 +220,7 @@ def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None =
     from twinrun.core.toolcalls import CURATE_TOOL
 
     assert arm.checkpoint_path is not None
-    from twinrun.models import resolve_model
+    from twinrun.models.tiny import resolve_model
 
     try:  # the tokenizer's fallback source when a checkpoint was saved without one
         tok_dir = resolve_model(spec.curator.model, cache_dir)

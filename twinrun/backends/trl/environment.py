@@ -10,7 +10,7 @@ The reward is not ``get_reward`` (TRL would add it as a second reward function n
 
 One ``curate`` call = one position's curator turn (DIVERGENCES.md): it applies the operations through the core
 session, which plays the next position, and returns the next curator input chi_{i+1} as the tool result. After the
-last position the tool result is :func:`~twinrun.warmstart.final_tool_result`.
+last position the tool result is :func:`~twinrun.models.warmstart.final_tool_result`.
 
 Concurrency. TRL runs the tool calls of a batch one sample after another, so played naively every executor
 episode of a step would run in sequence. The broker keeps the per-step episodes concurrent without changing what

@@ -21,7 +21,7 @@ from typing import Any
 
 from twinrun.core.records import JsonlWriter, provenance, read_jsonl
 from twinrun.core.sft_data import SFTStepMetrics
-from twinrun.sft_plan import (
+from twinrun.backends.sft_plan import (
     VERL_SAMPLER_SEED,
     PreparedSFT,
     carry_optimizer_state,
@@ -38,7 +38,7 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
     the framework checkpoint holding the last AdamW state.
 
     ``optimizer_from``: a previous run's ``optimizer_state`` (ROSE's last round): AdamW starts from its moments
-    and step counts (:func:`twinrun.sft_plan.carry_optimizer_state`) instead of from zero."""
+    and step counts (:func:`twinrun.backends.sft_plan.carry_optimizer_state`) instead of from zero."""
     import torch
     import transformers
     import trl

@@ -1,7 +1,7 @@
 """``train(spec, out_dir, resume)``: train the curator arm with TRL 1.16's GRPOTrainer (the registry's TRL target).
 
 Flow: compile the spec (the same ``GRPOConfig`` keyword arguments ``twinrun plan`` shows) -> resolve the curator
-model (``tiny-qwen3`` = the locally built, warm-started tiny model; see :mod:`twinrun.warmstart`) -> build core's
+model (``tiny-qwen3`` = the locally built, warm-started tiny model; see :mod:`twinrun.models.warmstart`) -> build core's
 curation runtime (environment pool, executor, judge, reward) -> one dataset row per task group, in the order core's
 sampler draws them -> :class:`~.trainer.TwinrunGRPOTrainer` with :class:`~.environment.CuratorEnvironment` as
 ``environment_factory`` and core's composite reward as the one reward function -> neutral records in ``out_dir``
@@ -63,7 +63,7 @@ def train(
     from twinrun.core.records import RunPaths, provenance
     from twinrun.core.rewards import token_counter
     from twinrun.core.tracking import step_reporter
-    from twinrun.warmstart import final_tool_result, resolve_curator_model
+    from twinrun.models.warmstart import final_tool_result, resolve_curator_model
 
     t_start = time.perf_counter()
     paths = RunPaths(Path(out_dir))

@@ -1,6 +1,6 @@
 """The warm-started tiny curator, under the name the verl backend imports (``warm_started_curator``).
 
-The implementation is backend-neutral and lives in :mod:`twinrun.warmstart` (both backends start ``tiny-qwen3``
+The implementation is backend-neutral and lives in :mod:`twinrun.models.warmstart` (both backends start ``tiny-qwen3``
 from the same cached weights); this module only re-exports it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from twinrun.warmstart import warm_started_tiny_curator
+from twinrun.models.warmstart import warm_started_tiny_curator
 
 
 def warm_started_curator(spec: Any, cache_dir: str | Path, **kw: Any) -> Path:

@@ -46,7 +46,7 @@ class CurationContext:
         from twinrun.core.rewards import token_counter
         from twinrun.core.spec import load_spec
         from twinrun.core.toolcalls import CURATE, CURATE_TOOL
-        from twinrun.warmstart import final_tool_result
+        from twinrun.models.warmstart import final_tool_result
 
         self.spec = load_spec(spec_path)
         if spec_dir:  # the run's spec.yaml is a copy: prompt paths stay relative to the original spec's folder

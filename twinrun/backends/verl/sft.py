@@ -4,7 +4,7 @@ verl's engine-based SFT trainer runs unchanged; twinrun supplies
 - the data: :class:`PretokenizedSFTDataset` (``data.custom_cls``) serves the tokens and loss masks core built, so
   verl trains on exactly the sequences TRL trains on (verl's own ``MultiTurnSFTDataset`` would re-tokenize per
   message and train every assistant turn, including AgentGym's canned acknowledgement);
-- the knobs: hydra overrides from :func:`twinrun.sft_plan.verl_sft_overrides` (nothing left to verl's defaults
+- the knobs: hydra overrides from :func:`twinrun.backends.sft_plan.verl_sft_overrides` (nothing left to verl's defaults
   that the plan shows as equal);
 - on CPU, verl's platform is engineer F's out-of-tree ``cpu`` platform (``twinrun.backends.verl.cpu_platform``,
   registered by the ``verl.plugins`` entry point; ``VERL_PLATFORM=cpu``). The trainer's own process-group init
@@ -30,7 +30,7 @@ from typing import Any
 from twinrun.core.errors import TwinrunError
 from twinrun.core.records import JsonlWriter, atomic_write_json, provenance, read_jsonl
 from twinrun.core.sft_data import SFTStepMetrics
-from twinrun.sft_plan import PreparedSFT, export_hf_checkpoint, prepare_sft, scheduled_lr, start_run_dir
+from twinrun.backends.sft_plan import PreparedSFT, export_hf_checkpoint, prepare_sft, scheduled_lr, start_run_dir
 
 VERL_CONFIG_NAME = "sft_trainer_engine"
 
@@ -262,7 +262,7 @@ def _carry_optimizer(engine: Any, previous_dir: str) -> None:
     is the one verl's FSDP checkpoint manager writes for this rank (``optim_world_size_W_rank_R.pt``)."""
     import torch
 
-    from twinrun.sft_plan import carry_optimizer_state
+    from twinrun.backends.sft_plan import carry_optimizer_state
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     path = Path(previous_dir) / f"optim_world_size_{world}_rank_{rank}.pt"

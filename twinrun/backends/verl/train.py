@@ -182,8 +182,8 @@ def checkpoint_steps(paths: RunPaths) -> list[int]:
 
 def resolve_curator(spec: Any, cache_dir: str | Path | None) -> str:
     """What the actor loads: for ``tiny-qwen3`` the warm-started tiny curator both backends share
-    (`twinrun.warmstart`, cached under ``cache_dir``), else the spec's model name or path."""
-    from twinrun.warmstart import resolve_curator_model
+    (`twinrun.models.warmstart`, cached under ``cache_dir``), else the spec's model name or path."""
+    from twinrun.models.warmstart import resolve_curator_model
 
     return resolve_curator_model(spec, cache_dir, environ=dict(os.environ))
 

@@ -14,7 +14,7 @@ model instead of reusing a stale one. Building is atomic (temp folder + rename):
 a half-written model. No network: nothing here touches the model hub.
 
 Specs name the model ``tiny-qwen3``; :func:`resolve_model` maps that name to the built (random) folder. Training
-backends start from the warm-started copy instead (:func:`twinrun.warmstart.resolve_curator_model`), so that the
+backends start from the warm-started copy instead (:func:`twinrun.models.warmstart.resolve_curator_model`), so that the
 tiny curator actually writes ``curate`` tool calls.
 
 torch / transformers / tokenizers are imported inside the functions: importing this module is free.

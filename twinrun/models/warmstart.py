@@ -1,0 +1,543 @@
+"""Warm start of the tiny local curator: a short SFT on well-formed ``curate`` tool-call conversations.
+
+A random tiny model never writes ``<tool_call>``, so an RL run on it would never exercise the tool loop (no
+operations, no repo, r_fc = 0 everywhere). Before the first RL step, both backends therefore start the tiny curator
+from the same warm-started weights: a few hundred AdamW steps on conversations that look exactly like a curation
+rollout (the spec's curator system prompt, the ``curate`` tool schema from core, real curator inputs chi_i recorded
+from real curation sessions of the spec's environment and executor) whose assistant turns are well-formed
+``curate`` calls whose writes vary in relevance (:data:`SKILL_BODIES`) and fit the repository (an insert where the
+type's skill is missing, an update where it is there: :func:`_op_templates`). This is a test device, not an
+experimental knob: it runs only for ``curator.model: tiny-qwen3``, its settings are constants here, and what it did
+is written to ``warmstart.json`` next to the weights.
+
+Rendering uses TRL's training variant of the Qwen3 template (the one GRPOTrainer itself renders multi-turn
+rollouts with), so the SFT tokens are the tokens the RL rollouts produce. The loss is on assistant tokens only.
+
+Cached under the caller's cache folder by a key of everything that decides the result (base model, prompts, tool
+schema, environment/executor settings, these settings), so TRL and verl runs of one spec share the same weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from twinrun.core.errors import TwinrunError
+from twinrun.models.tiny import TINY_QWEN3, build_tiny_qwen3, local_or_hub
+
+WARMSTART_VERSION = 4
+
+# group steps far from any training step, so warm-start transcripts never replay a training task group
+_TRANSCRIPT_STEP0 = 10_000_000
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    # real curation sessions recorded (|G| executor episodes each). Two were too few: the model learnt those six
+    # inputs, and on the inputs of new games (every RL step's) 70% of its turns had no parseable call (issue 17)
+    transcripts: int = 12
+    probe_transcripts: int = 1  # recorded apart: the probe samples turns on inputs the SFT never saw
+    conversations: int = 48  # SFT conversations built from them (ops re-drawn per conversation)
+    steps: int = 300
+    batch_size: int = 4  # assistant-turn windows per step
+    context: int | None = None  # context kept before each turn; None = the model's receptive field
+    # (layers x sliding_window, exact for tiny-qwen3's sliding-window attention) or the whole conversation
+    lr: float = 5e-3
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    seed: int = 0
+    probe_samples: int = 16  # sampled turns (temperature 1) per held-out input, scored for a parseable curate call
+
+
+FINAL_REPLY = "Done."
+
+
+# Skill bodies the warm start writes, of varied relevance to an ALFWorld task type under the scripted stand-in's
+# skill_effect rule (twinrun.core.executors.skill_effect): for pick, the second scores 1, the third 0.55, the first
+# and last 0.25; for look, the third scores 1, the second 0.55. The curator's first samples then differ in what
+# they write and in the reward that follows, so GRPO has a signal to follow (issue 17).
+SKILL_BODIES = (
+    "Check every receptacle.",
+    "Take the object, then put it in the target.",
+    "Take the object and use the lamp.",
+    "Open drawers and look around.",
+)
+
+
+# A warm-start skill's description names its type and the verb of that type's ALFWorld goals ("put some cd on
+# shelf", "look at alarmclock under the desklamp", "examine the book with the desklamp"): BM25 retrieves a skill only
+# for a game whose goal shares a term with it, and "pick tasks" shares none with a pick goal, so without the verb most
+# inserts never reach the executor (issue 17: in the first learning check, 1 rollout in 16 retrieved anything). Two
+# tokens longer, no other type's name (the stand-in's type credit reads the description), and the longest taught
+# turn stays under the smoke arm's 96 response tokens.
+TASK_VERBS = {"pick": "put", "pick2": "put", "look": "examine", "clean": "put", "heat": "put", "cool": "put"}
+
+
+def _description(task_type: str) -> str:
+    verb = TASK_VERBS.get(task_type)
+    return f"{task_type} and {verb} tasks" if verb else f"{task_type} tasks"
+
+
+def _op_templates(task_type: str, exists: bool = False) -> list[list[dict[str, Any]]]:
+    """The small, regular set of curator turns the warm start teaches: short calls a 64-wide model can learn
+    in a few hundred steps, with writes of varied relevance (:data:`SKILL_BODIES`) and calls that fail (deleting a
+    missing skill), so GRPO has choices to tell apart.
+
+    ``exists``: whether the repository already holds this type's skill at this turn. Then the writes are
+    ``skill_update``s of it, not inserts: an insert of an existing name is invalid, so a warm start that taught
+    inserts at every position left delete as the only valid call after position 1. The paper's r_fc pays a valid
+    call 1/|G| whatever it does, and a delete also takes the skill from the next episode: in the first learning
+    checks GRPO followed r_fc to deletes at positions 2..|G|, which spread to position 1 (31% of its turns by
+    step 25, each one an invalid call on an empty repository, issue 17)."""
+    name = f"{task_type}-tips"
+    writes = []
+    for body in SKILL_BODIES:
+        content = f"---\nname: {name}\ndescription: {_description(task_type)}\n---\n{body}\n"
+        writes.append([{"function": "skill_update", "arguments": {"skill_name": name, "new_content": content}}]
+                      if exists else
+                      [{"function": "new_skill_insert", "arguments": {"skill_name": name, "content": content}}])
+    return [[], *writes, [{"function": "skill_delete", "arguments": {"skill_name": name}}]]
+
+
+def _skill_present(ops: Sequence[Sequence[dict[str, Any]]]) -> list[bool]:
+    """Before each position's turn of a taught plan, whether the type's skill is in the repository (the plans
+    touch only that one name: an insert adds it, a delete removes it, an update keeps it)."""
+    present, out = False, []
+    for turn in ops:
+        out.append(present)
+        for op in turn:
+            present = {"new_skill_insert": True, "skill_delete": False}.get(op["function"], present)
+    return out
+
+
+def _draw_plan(task_type: str, n: int, rng: random.Random) -> list[list[dict[str, Any]]]:
+    """n turns drawn one after another, each from the templates that fit the repository the earlier ones left."""
+    plan: list[list[dict[str, Any]]] = []
+    for _ in range(n):
+        plan.append(rng.choice(_op_templates(task_type, exists=_skill_present([*plan, []])[-1])))
+    return plan
+
+
+def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
+    from twinrun.core.toolcalls import CURATE_TOOL
+
+    blob = json.dumps(
+        {
+            "version": WARMSTART_VERSION,
+            "base": base.name,
+            "system": spec.read_prompt("curator_system"),
+            "input": spec.read_prompt("curator_input"),
+            "executor_system": spec.read_prompt("executor_system"),
+            "executor_input": spec.read_prompt("executor_input"),
+            "tool": CURATE_TOOL,
+            "environment": spec.environment.model_dump(mode="json", exclude={"workers"}),
+            # where the endpoint listens (a test server's port) is not what it is: the model name says that
+            "executor": spec.executor.model_dump(mode="json", exclude={"concurrency", "timeout_s", "retries", "base_url",
+                                                                       "api_key_env"}),
+            "retrieval": spec.retrieval.model_dump(mode="json"),
+            "skills": spec.skills.model_dump(mode="json"),
+            "seed": spec.seed,
+            "settings": asdict(settings),
+            # the shape of the taught turns' prompts (per_position rows or one accumulated conversation)
+            "context": [spec.curator.context, spec.curator.history],
+            "ops": [_op_templates("<type>"), _op_templates("<type>", exists=True)],
+            "verbs": TASK_VERBS,
+            "final": final_tool_result(spec.environment.group_size),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resolve_curator_model(
+    spec: Any,
+    cache_dir: str | Path | None,
+    *,
+    data_root: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    settings: WarmStartSettings | None = None,
+    log: Callable[[str], None] | None = None,
+) -> str:
+    """What ``from_pretrained`` should load for ``spec.curator.model``: the warm-started tiny model for
+    ``tiny-qwen3`` (built and cached under ``cache_dir``), else the name itself (a hub id, or a local folder made
+    absolute for verl's child and Ray workers, which run in other working directories)."""
+    if spec.curator.model != TINY_QWEN3:
+        return local_or_hub(spec.curator.model)
+    if cache_dir is None:
+        raise TwinrunError(
+            f"curator.model: {TINY_QWEN3!r} is built locally and needs a cache folder (fix: pass --cache DIR or set TWINRUN_CACHE)"
+        )
+    return str(warm_started_tiny_curator(spec, cache_dir, data_root=data_root, environ=environ,
+                                         settings=settings, log=log))
+
+
+def warm_started_tiny_curator(
+    spec: Any,
+    cache_dir: str | Path,
+    *,
+    data_root: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    settings: WarmStartSettings | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Build (or reuse) the warm-started tiny curator for ``spec`` under ``cache_dir``; return its folder."""
+    settings = settings or WarmStartSettings()
+    say = log or (lambda _m: None)
+    cache = Path(cache_dir)
+    base = build_tiny_qwen3(cache)
+    final = cache / f"{TINY_QWEN3}-warm-{warm_start_key(spec, base, settings)}"
+    if (final / ".complete").is_file():
+        return final
+    t0 = time.perf_counter()
+    recorded = cached_transcripts(spec, base, settings, final.with_name(final.name + ".transcripts.json"),
+                                  data_root=data_root, environ=environ, say=say)
+    t_rec = time.perf_counter() - t0
+    transcripts, held_out = recorded[: settings.transcripts], recorded[settings.transcripts:]
+    system = _system_prompt(spec)
+    shape = {"context": spec.curator.context, "history": spec.curator.history}
+    conversations = build_conversations(transcripts, system, settings, **shape)
+    probes = probe_prompts(held_out, system, **shape)
+    say(f"warm start: SFT {settings.steps} steps on {len(conversations)} {spec.curator.context} conversations")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
+    try:
+        report = sft(base, conversations, settings, tmp, say=say, probes=probes)
+        report.update(recording_s=round(t_rec, 3), transcripts=len(transcripts), base=base.name,
+                      settings=asdict(settings), version=WARMSTART_VERSION, context=shape)
+        (tmp / "warmstart.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        (tmp / ".complete").write_text("")
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / ".complete").is_file():
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    say(f"warm start: done ({json.loads((final / 'warmstart.json').read_text())['probe_parse_rate']:.0%} of the turns "
+        "sampled on held-out inputs are parseable curate calls)")
+    return final
+
+
+def _system_prompt(spec: Any) -> str:
+    from twinrun.core.curation import CuratorPrompts
+
+    return CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input")).system
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Data: real transcripts, then conversations
+
+
+@dataclass
+class Transcript:
+    task_type: str
+    inputs: list[str]  # chi_1 .. chi_|G| as the real session produced them
+    ops: list[list[dict[str, Any]]]  # the operations submitted at each position
+
+
+def cached_transcripts(
+    spec: Any, base: Path, settings: WarmStartSettings, path: Path, *, data_root: Any, environ: Any,
+    say: Callable[[str], None],
+) -> list[Transcript]:
+    """Transcripts from ``path`` if a previous (interrupted) warm start recorded them, else record and save."""
+    from twinrun.core.records import atomic_write_json
+
+    if path.is_file():
+        return [Transcript(**t) for t in json.loads(path.read_text(encoding="utf-8"))]
+    say(f"warm start: recording {settings.transcripts} + {settings.probe_transcripts} (held out for the probe) "
+        f"curation transcripts ({spec.environment.name}, |G|={spec.environment.group_size})")
+    transcripts = record_transcripts(spec, base, settings, data_root=data_root, environ=environ)
+    atomic_write_json(path, [asdict(t) for t in transcripts])
+    return transcripts
+
+
+def record_transcripts(
+    spec: Any,
+    base: Path,
+    settings: WarmStartSettings,
+    *,
+    data_root: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[Transcript]:
+    """Play ``settings.transcripts + settings.probe_transcripts`` real curation sessions (concurrently) with
+    scripted ``curate`` turns; a session in which no episode ran (infrastructure) is replaced by another, up to
+    three times as many sessions in all."""
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    from twinrun.core.curation import CurationRuntime, TaskGroup
+    from twinrun.core.rewards import token_counter
+
+    tok = AutoTokenizer.from_pretrained(base)
+    runtime = CurationRuntime.from_spec(spec, data_root=data_root, environ=environ, count_tokens=token_counter(tok),
+                                        judge=None)
+    needed = settings.transcripts + settings.probe_transcripts
+    try:
+        rng = random.Random(settings.seed)
+
+        def drawn(k: int) -> tuple[TaskGroup, list[list[dict[str, Any]]]]:
+            group = runtime.task_group(_TRANSCRIPT_STEP0 + k, k % spec.batch.groups_per_step)
+            return group, _draw_plan(group.task_type, len(group.games), rng)
+
+        async def one(group: TaskGroup, plan: list[list[dict[str, Any]]]) -> Transcript | None:
+            s = runtime.session(group, rollout_index=0)
+            inputs = [await s.astart()]
+            for ops in plan:
+                nxt = await s.asubmit([{"name": "curate", "arguments": {"operations": ops}}])
+                if nxt is None:
+                    break
+                inputs.append(nxt)
+            result = await s.afinish()
+            # a session none of whose episodes ran (dead env workers, an unreachable executor) holds only inputs
+            # saying "the executor could not be run": dropped. Some unmeasured episodes are kept: a flaky executor
+            # gives the RL curator such inputs too
+            dead = all(p.outcome == "unmeasured" for p in result.record.positions)
+            return None if dead else Transcript(group.task_type, inputs, plan)
+
+        async def batch(ks: range) -> list[Transcript | None]:
+            sessions = [drawn(k) for k in ks]  # drawn in order: the same plans whatever ran concurrently
+            return list(await asyncio.gather(*(one(g, plan) for g, plan in sessions)))
+
+        kept: list[Transcript] = []
+        tried = 0
+        while len(kept) < needed and tried < 3 * needed:  # sessions in which nothing ran are replaced
+            ks = range(tried, tried + min(needed - len(kept), 3 * needed - tried))
+            kept += [t for t in runtime.loop.run(batch(ks)) if t is not None]
+            tried = ks.stop
+        if len(kept) < needed:
+            raise TwinrunError(
+                f"warm start: only {len(kept)} of {tried} recorded curation sessions had an episode that ran, "
+                f"{needed} are needed: the environment or executor keeps failing (fix: check the environment "
+                "workers, $ALFWORLD_DATA and the executor endpoint, then rerun; nothing was cached)")
+        return kept[:needed]
+    finally:
+        runtime.close()
+
+
+def final_tool_result(group_size: int) -> str:
+    """The tool result after the last position's curate call (nothing left to play)."""
+    return f"All {group_size} tasks of this group have been played; the skill repository is final. Reply {FINAL_REPLY!r}."
+
+
+def call_message(ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message of one taught curator turn: a single ``curate`` call."""
+    from twinrun.core.toolcalls import CURATE
+
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": CURATE, "arguments": {"operations": ops}}}]}
+
+
+def call_text(ops: list[dict[str, Any]]) -> str:
+    """A taught turn as the text a backend decodes from it (the empty think block, then core's Hermes text of the
+    call): per_position history turns are prompt-only messages holding that text."""
+    from twinrun.core.toolcalls import format_curate_call
+
+    return "<think>\n\n</think>\n\n" + format_curate_call(ops)
+
+
+def build_conversations(transcripts: Sequence[Transcript], system: str, settings: WarmStartSettings, *,
+                        context: str = "accumulated", history: int = 0) -> list[list[dict]]:
+    """The SFT conversations, in the spec's context shape (what the RL rollouts' prompts look like):
+
+    * accumulated: one per conversation drawn: system, chi_1, then curate call / tool result pairs, then the
+      final reply;
+    * per_position: one per (conversation drawn, position): core's per_position prompt of that position
+      (:func:`~twinrun.core.context_shape.position_messages`: system, the last ``history`` earlier (input, turn)
+      pairs, chi_i), then the curate call. Teaching the accumulated shape to a per_position curator left it
+      facing a prompt it never saw at every position after the first.
+    """
+    from twinrun.core.context_shape import HistoryTurn, history_window, position_messages
+
+    if not transcripts:
+        raise TwinrunError("warm start: no transcripts were recorded (fix: check the environment data)")
+    rng = random.Random(settings.seed + 1)
+    out: list[list[dict]] = []
+    for c in range(settings.conversations):
+        t = transcripts[c % len(transcripts)]
+        # the first pass over the transcripts keeps the ops that really produced them; later passes re-draw each
+        # turn from the templates that fit the repository the recorded inputs show (the recorded plan's)
+        plan = t.ops if c < len(transcripts) else [rng.choice(_op_templates(t.task_type, exists=e))
+                                                   for e in _skill_present(t.ops)]
+        plan = plan[: len(t.inputs)]
+        if context == "per_position":
+            done: list[HistoryTurn] = []
+            for chi, ops in zip(t.inputs, plan, strict=False):
+                out.append([*position_messages(system, chi, history_window(done, history)), call_message(ops)])
+                done.append(HistoryTurn(chi, call_text(ops)))
+            continue
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": t.inputs[0]}]
+        for i, ops in enumerate(plan):
+            msgs.append(call_message(ops))
+            result = t.inputs[i + 1] if i + 1 < len(t.inputs) else final_tool_result(len(t.inputs))
+            msgs.append({"role": "tool", "name": "curate", "content": result})
+        msgs.append({"role": "assistant", "content": FINAL_REPLY})
+        out.append(msgs)
+    return out
+
+
+def probe_prompts(transcripts: Sequence[Transcript], system: str, *, context: str = "accumulated",
+                  history: int = 0) -> list[list[dict]]:
+    """The prompts the probe samples turns on: every position of the held-out transcripts, in the spec's shape
+    (accumulated: the conversation up to that position's input, tool results as the frameworks' tool loops
+    append them)."""
+    prompts = []
+    for conv in build_conversations(transcripts, system, WarmStartSettings(conversations=len(transcripts)),
+                                    context=context, history=history) if transcripts else []:
+        if context == "per_position":
+            prompts.append(conv[:-1])
+        else:
+            prompts += [conv[:k] for k in range(2, len(conv) - 2, 2)]
+    return prompts
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Training: a plain AdamW loop (assistant-only loss), then a probe of the first turn
+
+
+def tokenize_conversation(tok: Any, messages: list[dict], template: str) -> tuple[list[int], list[int]]:
+    from twinrun.core.toolcalls import CURATE_TOOL
+
+    if messages[-1].get("tool_calls") and len(messages) > 3:
+        # a per_position row with history: the prompt is what the backends render (core's prompt_token_ids; the
+        # tokenizer's own template drops earlier turns' think blocks, TRL's training variant keeps them), the
+        # turn is the one the training template renders after [system, chi_i]
+        from twinrun.core.context_shape import prompt_token_ids
+
+        prompt = prompt_token_ids(tok, messages[:-1], [CURATE_TOOL])
+        ids, mask = tokenize_conversation(tok, [messages[0], messages[-2], messages[-1]], template)
+        _, start, end = turn_windows(ids, mask, 0)[-1]
+        return prompt + ids[start:end], [0] * len(prompt) + [1] * (end - start)
+    enc = tok.apply_chat_template(messages, tools=[CURATE_TOOL], chat_template=template, tokenize=True,
+                                  return_dict=True, return_assistant_tokens_mask=True)
+    return list(enc["input_ids"]), list(enc["assistant_masks"])
+
+
+def turn_windows(ids: list[int], mask: list[int], context: int) -> list[tuple[int, int, int]]:
+    """One training window per assistant turn: ``(start, turn_start, end)`` with at most ``context`` tokens of
+    context before the turn. Windows keep their true positions (position_ids = start..end-1), so RoPE sees the
+    offsets a full-length rollout has; only the far context is left out (the cost is quadratic in length)."""
+    out = []
+    i, n = 0, len(mask)
+    while i < n:
+        if mask[i]:
+            j = i
+            while j < n and mask[j]:
+                j += 1
+            out.append((max(0, i - context), i, j))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def receptive_field(config: Any) -> int | None:
+    """Tokens a prediction can depend on when every layer uses sliding-window attention (else None)."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None) or []
+    if window and types and all(t == "sliding_attention" for t in types):
+        return int(window) * len(types)
+    return None
+
+
+def sft(base: Path, conversations: list[list[dict]], settings: WarmStartSettings, out: Path,
+        say: Callable[[str], None] | None = None, probes: list[list[dict]] | None = None) -> dict[str, Any]:
+    """AdamW on assistant-turn windows (loss on the turn only), then a probe on full-length prompts (``probes``:
+    held-out prompts; None = the first conversation's, which the model was trained on)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import get_training_chat_template
+
+    tok = AutoTokenizer.from_pretrained(base)
+    template = get_training_chat_template(tok)
+    rows = [tokenize_conversation(tok, m, template) for m in conversations]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        context = settings.context or receptive_field(model.config) or max(len(r[0]) for r in rows)
+        windows = [(r, w) for r in rows for w in turn_windows(r[0], r[1], context)]
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, settings.warmup_steps)))
+        rng = random.Random(settings.seed)
+        order: list[int] = []
+        losses: list[float] = []
+        t0 = time.perf_counter()
+        for step in range(settings.steps):
+            batch = []
+            for _ in range(settings.batch_size):
+                if not order:
+                    order = list(range(len(windows)))
+                    rng.shuffle(order)
+                batch.append(windows[order.pop()])
+            width = max(e - s for _, (s, _, e) in batch)
+            ids_t = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
+            pos = torch.zeros((len(batch), width), dtype=torch.long)
+            att = torch.zeros((len(batch), width), dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            for b, ((ids, _), (s, t, e)) in enumerate(batch):
+                n = e - s
+                ids_t[b, :n] = torch.tensor(ids[s:e])
+                pos[b, :n] = torch.arange(s, e)
+                att[b, :n] = 1
+                labels[b, t - s:n] = torch.tensor(ids[t:e])
+            loss = model(input_ids=ids_t, attention_mask=att, position_ids=pos, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            if say is not None and (step + 1) % 50 == 0:
+                say(f"warm start: step {step + 1}/{settings.steps} loss {sum(losses[-50:]) / 50:.3f}")
+        train_s = time.perf_counter() - t0
+        model.eval()
+        if probes is None:
+            first = conversations[0]
+            probes = [first[:-1]] if first[-1].get("tool_calls") and len(first) <= 3 else [first[:2], first[:4]]
+        rate = probe(model, tok, probes, template, settings)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return {"loss_first": losses[0], "loss_last": sum(losses[-10:]) / len(losses[-10:]), "train_s": round(train_s, 3),
+            "probe_parse_rate": rate, "tokens_per_conversation": sum(len(r[0]) for r in rows) / len(rows),
+            "windows": len(windows), "context": context}
+
+
+def probe(model: Any, tok: Any, prompts: list[list[dict]], template: str, settings: WarmStartSettings) -> float:
+    """Share of sampled turns (temperature 1, ``settings.probe_samples`` per prompt) that parse as a curate call
+    with an operations list. A prompt ending in a user message is a per_position row's, rendered as the backends
+    render it (:func:`~twinrun.core.context_shape.prompt_token_ids`); one ending in a tool result is an
+    accumulated conversation's, rendered with the training template the tool loop extends."""
+    import torch
+
+    from twinrun.core.context_shape import prompt_token_ids
+    from twinrun.core.toolcalls import CURATE, CURATE_TOOL, parse_curator_turn
+
+    n = max(1, settings.probe_samples)
+    ok = total = 0
+    for prefix in prompts:
+        if prefix[-1]["role"] == "user":
+            ids = prompt_token_ids(tok, prefix, [CURATE_TOOL])
+        else:
+            ids = tok.apply_chat_template(prefix, tools=[CURATE_TOOL], chat_template=template,
+                                          add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        with torch.no_grad():
+            gen = model.generate(torch.tensor([ids] * n), attention_mask=torch.ones((n, len(ids)), dtype=torch.long),
+                                 do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=160,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        for row in gen[:, len(ids):]:
+            turn = parse_curator_turn(tok.decode(row, skip_special_tokens=False))
+            ok += any(c.name == CURATE and not c.error and isinstance((c.arguments or {}).get("operations"), list)
+                      for c in turn.calls)
+            total += 1
+    return ok / total
