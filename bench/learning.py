@@ -155,6 +155,7 @@ def sweep_warm_start(a: argparse.Namespace, spec: Any, backends: list[str]) -> t
     from twinrun.commands._common import cache_dir
     from twinrun.core import sweep as sw
     from twinrun.core.records import RunPaths
+    from twinrun.models.curator_policy import hf_policy_factory
     from twinrun.models.warmstart import resolve_curator_model
 
     cache = cache_dir(None)  # $TWINRUN_CACHE, as `twinrun run` read it
@@ -171,7 +172,7 @@ def sweep_warm_start(a: argparse.Namespace, spec: Any, backends: list[str]) -> t
         shutil.copyfile(trained, run / "spec.yaml")
     out = a.out / "sweep_warm_start"
     sw.sweep(spec, {"warm_start": run}, out, environ=dict(os.environ),
-             policy_factory=lambda arm, s: sw.hf_policy_factory(arm, s, cache_dir=cache))
+             policy_factory=lambda arm, s: hf_policy_factory(arm, s, cache_dir=cache))
     ours, main = eval_outcomes(out / "arms" / "baseline.jsonl"), eval_outcomes(a.out / "sweep" / "arms" / "baseline.jsonl")
     if ours != main:
         differ = sum(ours.get(g) != o for g, o in main.items())

@@ -313,9 +313,10 @@ def test_every_new_field_round_trips_yaml_plan_json_sweep_rows_and_rollout_recor
             assert knobs[key]["source"] == f"spec line {lines[key]}", key
         assert knobs["executor.concurrency"]["source"] == "default"
         # records: a sweep's rows carry what the executor's calls sent and what the server applied
-        from twinrun.core.sweep import sweep
+        from twinrun.core.sweep import no_ops_policy_factory, sweep
 
-        res = sweep(spec, {}, tmp_path / "sweep", data_root=alfworld_data, n_games=2, workers=0, progress=False)
+        res = sweep(spec, {}, tmp_path / "sweep", data_root=alfworld_data, n_games=2, workers=0, progress=False,
+                    policy_factory=no_ops_policy_factory)
         rows = list(read_jsonl(tmp_path / "sweep" / "arms" / "baseline.jsonl"))
         # records: a curation rollout's row names what its judge's requests carried
         record = curate_one_rollout(spec, alfworld_data)

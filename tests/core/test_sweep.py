@@ -148,7 +148,8 @@ def test_sweep_rows_provenance_resume_noop_and_compare(tmp_path: Path, smoke_spe
                      policy_factory=inserting_curator, progress=False, arms=["baseline", "trl@2"])
     assert again.sweep_id == res.sweep_id and (out / "arms" / "trl@2.jsonl").read_bytes() == before
     with pytest.raises(sw.SweepError, match="another game list"):
-        sw.sweep(spec, {"trl": run_dir}, out, data_root=alfworld_data, n_games=3, workers=0, progress=False)
+        sw.sweep(spec, {"trl": run_dir}, out, data_root=alfworld_data, n_games=3, workers=0, progress=False,
+                 policy_factory=inserting_curator)
 
     result = compare([out], "baseline", CompareSettings(n_boot=200))
     assert [a["arm"] for a in result["arms"]] == ["trl@2"] and result["sweep_id"] == plan.sweep_id
@@ -267,6 +268,7 @@ def test_hf_checkpoint_curator_generates_with_the_chat_template(tmp_path: Path, 
     import shutil
 
     from twinrun.models import build_tiny_qwen3
+    from twinrun.models.curator_policy import hf_policy_factory
 
     cache = tmp_path / "models"
     tiny = build_tiny_qwen3(cache)
@@ -275,12 +277,12 @@ def test_hf_checkpoint_curator_generates_with_the_chat_template(tmp_path: Path, 
     spec = load_spec(smoke_spec_path, FAST_EXECUTOR + ["curator.max_response_tokens=24"])
     out = tmp_path / "sweep"
     res = sw.sweep(spec, {"verl": run}, out, data_root=alfworld_data, n_games=2, workers=0, progress=False,
-                   policy_factory=lambda arm, s: sw.hf_policy_factory(arm, s, cache_dir=cache))
+                   policy_factory=lambda arm, s: hf_policy_factory(arm, s, cache_dir=cache))
     rows = read_rows(out / "arms" / "verl@1.jsonl")
     assert len(rows) == 2 and all(r["curator_calls"] == 1 and r["curator_error"] is None for r in rows)
     assert res.arms["verl@1"].rows == 2
     # the generation itself: a random model rarely writes a valid call, but it must run through the template
-    policy = sw.hf_policy_factory(sw.load_plan(out).arm("verl@1"), spec, cache_dir=cache)
+    policy = hf_policy_factory(sw.load_plan(out).arm("verl@1"), spec, cache_dir=cache)
     text = policy("# Task Context\n## Task Description\nput a mug in the sink")
     assert isinstance(text, str) and text == policy("# Task Context\n## Task Description\nput a mug in the sink")
 

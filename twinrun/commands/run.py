@@ -44,6 +44,7 @@ def run(
     from twinrun.core import compare as cmp
     from twinrun.core import report as rep
     from twinrun.core import sweep as sw
+    from twinrun.models.curator_policy import hf_policy_factory
     from twinrun.app.plan import build_plan
 
     console = Console()
@@ -86,7 +87,7 @@ def run(
         run_dirs,
         sweep_dir,
         environ=dict(os.environ),
-        policy_factory=lambda arm, s: sw.hf_policy_factory(arm, s, cache_dir=cache_dir(cache)),
+        policy_factory=lambda arm, s: hf_policy_factory(arm, s, cache_dir=cache_dir(cache)),
     )
     timings["sweep"] = time.time() - t0
     from twinrun.core.track_results import log_comparison, log_sweep

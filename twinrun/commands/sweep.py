@@ -67,6 +67,7 @@ def sweep_cmd(
     """Evaluate every checkpoint of each run on held-out games with streaming curation, plus a baseline arm."""
     from twinrun.commands._common import print_json, spec_from_cli
     from twinrun.core import sweep as sw
+    from twinrun.models.curator_policy import hf_policy_factory
 
     if executor is not None:
         sets = [*sets, f"executor.model={executor}"]
@@ -74,7 +75,7 @@ def sweep_cmd(
     base_reps, run_reps = parse_replicates(replicates)
     if curator == "hf":
         def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
-            return sw.hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
+            return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
     elif curator == "no-ops":
         factory = sw.no_ops_policy_factory
     else:

@@ -24,9 +24,10 @@ in order, and continues with the next game: no row is lost or written twice.
 The manifest (arms, games, checkpoint hashes) is built by :mod:`twinrun.core.sweep_plan`; its names are
 re-exported here.
 
-**Curator policy**: a callable ``policy(curator_input: str) -> curator_turn: str``. The default generates with the
-checkpoint (transformers, the ``curate`` tool, core's per_position messages tokenised as training tokenises them);
-any backend's generation can be plugged in through ``policy_factory``.
+**Curator policy**: a callable ``policy(curator_input: str) -> curator_turn: str``, made per checkpoint arm by the
+caller's ``policy_factory`` (required: core knows no model). Generating with the checkpoint is
+:func:`twinrun.models.curator_policy.hf_policy_factory` (transformers, the ``curate`` tool, core's per_position
+messages tokenised as training tokenises them); any backend's generation can be plugged in the same way.
 
 **Context shape**: a checkpoint is evaluated in the shape its run trained in. per_position with
 ``curator.history: k > 0`` calls ``policy(curator_input, history)`` with the arm's last k (input, turn) pairs
@@ -46,7 +47,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from twinrun.core.errors import InfrastructureError, TwinrunError
+from twinrun.core.errors import InfrastructureError
 from twinrun.core.records import (
     EpisodeRecord,
     JsonlWriter,
@@ -136,102 +137,6 @@ def no_ops_policy_factory(arm: ArmPlan, spec: Any) -> CuratorPolicy:
         return "(no operations)"
 
     return policy
-
-
-class HFCuratorPolicy:
-    """Generate curator turns with an HF checkpoint: the system prompt and chi as the chat, the ``curate`` tool
-    in the chat template (as in training), the spec's sampling settings, ``curator.max_response_tokens`` new
-    tokens. The seed of a generation is derived from (seed, chi), so a rerun of the same input reproduces it on
-    the same hardware. torch/transformers are imported on first use."""
-
-    def __init__(self, model_dir: str | Path, *, system_prompt: str, tools: list[dict[str, Any]], temperature: float,
-                 top_p: float, top_k: int | None, max_new_tokens: int, seed: int,
-                 tokenizer_dir: str | Path | None = None, device: str = "cpu", max_prompt_tokens: int | None = None):
-        self.model_dir = str(model_dir)
-        self.max_prompt_tokens = max_prompt_tokens
-        self.tokenizer_dir = str(tokenizer_dir) if tokenizer_dir else None
-        self.system_prompt = system_prompt
-        self.tools = tools
-        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
-        self.max_new_tokens = max_new_tokens
-        self.seed = seed
-        self.device = device
-        self._model: Any = None
-        self._tok: Any = None
-
-    def _load(self) -> None:
-        if self._model is not None:
-            return
-        try:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError:
-            from twinrun.core.errors import DependencyMissing
-
-            raise DependencyMissing("sweep: transformers is missing (fix: pip install 'twinrun[trl]')") from None
-        sources = [self.model_dir] + ([self.tokenizer_dir] if self.tokenizer_dir else [])
-        for src in sources:
-            try:
-                self._tok = AutoTokenizer.from_pretrained(src)
-                break
-            except (OSError, ValueError):
-                continue
-        if self._tok is None:
-            raise SweepError(f"checkpoint {self.model_dir}: no tokenizer there or at curator.model (fix: save the "
-                             "tokenizer with the checkpoint)")
-        try:
-            self._model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(self.device)
-        except OSError as e:
-            raise SweepError(f"checkpoint {self.model_dir}: cannot be loaded ({e}; fix: an HF model folder)") from None
-        self._model.eval()
-
-    def __call__(self, curator_input: str, history: Sequence[Any] = ()) -> str:
-        """``history``: the arm's last ``curator.history`` (input, turn) pairs (context_shape.HistoryTurn), oldest
-        first; the prompt is core's per_position messages, tokenised as both backends tokenise a training row."""
-        import torch
-
-        from twinrun.core.context_shape import fit_history, prompt_token_ids
-        from twinrun.core.curation import stable_int
-
-        self._load()
-        messages, _ = fit_history(self.system_prompt, curator_input, history, limit=self.max_prompt_tokens,
-                                  measure=lambda m: len(prompt_token_ids(self._tok, m, self.tools)))
-        ids = torch.tensor([prompt_token_ids(self._tok, messages, self.tools)], device=self.device)
-        enc = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        torch.manual_seed(stable_int("curator-turn", self.seed, curator_input) % (2**31))
-        kw: dict[str, Any] = {"max_new_tokens": self.max_new_tokens,
-                              "pad_token_id": self._tok.pad_token_id or self._tok.eos_token_id}
-        if self.temperature > 0:
-            kw.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
-            if self.top_k:
-                kw["top_k"] = self.top_k
-        else:
-            kw["do_sample"] = False
-        try:
-            with torch.no_grad():
-                out = self._model.generate(**enc, **kw)
-        except RuntimeError as e:  # out of memory, device failure: infrastructure, not the curator's choice
-            raise InfrastructureError(f"curator generation failed: {e}") from e
-        return self._tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-
-
-def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,
-                      device: str = "cpu") -> CuratorPolicy:
-    """The default: generate with the arm's checkpoint (tokenizer from the checkpoint, else from curator.model)."""
-    from twinrun.core.toolcalls import CURATE_TOOL
-
-    assert arm.checkpoint_path is not None
-    from twinrun.models.tiny import resolve_model
-
-    try:  # the tokenizer's fallback source when a checkpoint was saved without one
-        tok_dir = resolve_model(spec.curator.model, cache_dir)
-    except TwinrunError:
-        tok_dir = None
-    return HFCuratorPolicy(
-        arm.checkpoint_path, system_prompt=spec.read_prompt("curator_system").strip(), tools=[CURATE_TOOL],
-        temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
-        max_new_tokens=spec.curator.max_response_tokens, seed=spec.seed * 1000 + arm.replicate,
-        tokenizer_dir=tok_dir, device=device, max_prompt_tokens=spec.curator.max_prompt_tokens,
-    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -415,14 +320,16 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
           data_root: str | Path | None = None, environ: Mapping[str, str] | None = None, split: str | None = None,
           n_games: int | None = None, baseline_replicates: int = 0,
           replicate_checkpoints: Mapping[str, Sequence[int] | str] | None = None,
-          policy_factory: PolicyFactory | None = None, workers: int | None = None, ray_address: str | None = None,
+          policy_factory: PolicyFactory, workers: int | None = None, ray_address: str | None = None,
           ray_num_cpus: int | None = None, ray_retries: int = 3, progress: bool = True, arms: Sequence[str] | None = None,
           executor: Any = None) -> SweepResult:
     """Evaluate every checkpoint of each run and a same-sweep baseline on the held-out games (resumable).
 
     run_dirs: training run folders (``NAME=PATH`` strings or a name -> path mapping); data_root: the ALFWorld
     data folder (else ``environ['ALFWORLD_DATA']``); split / n_games: default environment.eval_split /
-    environment.eval_games; policy_factory(arm, spec) -> policy: default generates with the checkpoint;
+    environment.eval_games; policy_factory(arm, spec) -> policy for a checkpoint arm (required; the checkpoint's
+    own generation is twinrun.models.curator_policy.hf_policy_factory, a curator that writes nothing
+    no_ops_policy_factory);
     ray_address: fan arms out as Ray tasks ("local" starts a local Ray with ray_num_cpus CPUs; an arm whose node is
     lost is run again on another node up to ray_retries times, resuming from its rows: :mod:`twinrun.core.sweep_ray`);
     arms: only these arms of the plan (default all); executor: an Executor object (tests) instead of the spec's.
@@ -454,7 +361,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     if unknown:
         raise SweepError(f"arms: {unknown[0]!r} is not an arm of this sweep (fix: one of {[a.arm for a in plan.arms]})")
     todo = [a for a in plan.arms if arms is None or a.arm in arms]
-    factory = policy_factory or hf_policy_factory
+    factory = policy_factory
     if ray_address:
         # workers get only the variable the executor reads (its endpoint key), not the caller's whole environment
         passed = {k: environ[k] for k in (spec.executor.api_key_env,) if environ and k in environ}

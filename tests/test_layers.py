@@ -1,0 +1,125 @@
+"""DESIGN.md's layers: core < models < backends < app < commands/cli; an import only ever points down.
+
+Checked two ways: on the source (every import statement, lazy ones inside functions included, and every string
+that names a module, as plugin targets and ``importlib.import_module`` arguments do), and by importing every core
+and models module in a fresh interpreter and looking at what came with it. The old top-level paths
+(``twinrun.plan``, ``twinrun.warmstart``, ...) are aliases of the moved modules and count as the layer they moved to.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# the layer each importable twinrun name belongs to (old alias paths included)
+LAYER_OF = {
+    "twinrun.core": "core",
+    "twinrun.models": "models",
+    "twinrun.warmstart": "models",
+    "twinrun.backends": "backends",
+    "twinrun.sft_plan": "backends",
+    "twinrun.app": "app",
+    "twinrun.plan": "app",
+    "twinrun.rose": "app",
+    "twinrun.parity": "app",
+    "twinrun.commands": "cli",
+    "twinrun.cliutil": "cli",
+    "twinrun.cli": "cli",
+}
+ORDER = ["core", "models", "backends", "app", "cli"]
+CHECKED = ("core", "models", "backends")  # app and commands may import everything below them
+
+
+def _layer(module: str) -> str | None:
+    for prefix, layer in LAYER_OF.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return layer
+    return None
+
+
+def imported_modules(source: str) -> list[tuple[int, str]]:
+    """(line, dotted name) of every module a source text imports or names: ``import a.b``, ``from a.b import c``
+    (also as ``a.b.c``: c may be a module), ``from twinrun import x``, and string constants such as
+    ``"twinrun.backends.trl.train:train"``; wherever they sit (a lazy import in a function counts). A module
+    named after ``-m`` in a command line is a new process's entry point (torchrun relaunching ``twinrun.cli``),
+    not an import, and is left out."""
+    tree = ast.parse(source)
+    launched = {
+        id(b) for node in ast.walk(tree) if isinstance(node, (ast.List, ast.Tuple))
+        for a, b in zip(node.elts, node.elts[1:]) if isinstance(a, ast.Constant) and a.value == "-m"
+    }
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in launched:
+            m = re.fullmatch(r"(twinrun(?:\.\w+)+)(?::\w+)?", node.value.strip())
+            if m:
+                out.append((node.lineno, m.group(1)))
+    return out
+
+
+def upward_imports(root: Path, layer: str) -> list[str]:
+    """``path:line imports NAME (LAYER)`` for every import from a layer above ``layer`` in its folder."""
+    rank = ORDER.index(layer)
+    bad = []
+    for path in sorted((root / "twinrun" / layer).rglob("*.py")):
+        for line, name in imported_modules(path.read_text(encoding="utf-8")):
+            target = _layer(name)
+            if target is not None and ORDER.index(target) > rank:
+                bad.append(f"{path.relative_to(root)}:{line} imports {name} ({target})")
+    return bad
+
+
+@pytest.mark.parametrize("layer", CHECKED)
+def test_no_layer_imports_a_layer_above_it(repo_root: Path, layer: str) -> None:
+    bad = upward_imports(repo_root, layer)
+    assert not bad, f"{layer} imports upwards:\n" + "\n".join(bad)
+
+
+def test_the_source_check_sees_lazy_and_string_imports() -> None:
+    src = (
+        "import os\n"
+        "def f():\n"
+        "    from twinrun.models.tiny import resolve_model\n"
+        "    import twinrun.cli\n"
+        "    from twinrun import app\n"
+        "TARGET = 'twinrun.backends.trl.train:train'\n"
+        "CMD = [sys.executable, '-m', 'twinrun.commands.run']\n"
+    )
+    layers = {_layer(name) for _, name in imported_modules(src)} - {None}
+    assert layers == {"models", "cli", "app", "backends"}
+
+
+def test_importing_core_and_models_loads_nothing_above_them() -> None:
+    """The import graph as Python sees it: every core and models module imported in a fresh interpreter loads no
+    backend, application or CLI module (and core alone loads no models module)."""
+    code = """
+import importlib, pkgutil, sys
+import twinrun.core as core
+def load(pkg):
+    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):
+        importlib.import_module(m.name)
+def above(prefixes):
+    return sorted(m for m in sys.modules if m.split('.')[:2] in prefixes)
+load(core)
+print(above([['twinrun', p] for p in ('models', 'warmstart', 'backends', 'sft_plan', 'app', 'plan', 'rose',
+                                      'parity', 'commands', 'cliutil', 'cli')]))
+import twinrun.models as models
+load(models)
+print(above([['twinrun', p] for p in ('backends', 'sft_plan', 'app', 'plan', 'rose', 'parity', 'commands',
+                                      'cliutil', 'cli')]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    core_above, models_above = out.stdout.strip().splitlines()
+    assert core_above == "[]", f"importing core loaded {core_above}"
+    assert models_above == "[]", f"importing models loaded {models_above}"

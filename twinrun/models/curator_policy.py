@@ -1,0 +1,107 @@
+"""A sweep's checkpoint curator: generate curator turns with an HF checkpoint (transformers).
+
+Moved out of :mod:`twinrun.core.sweep` so core imports no model code: :func:`twinrun.core.sweep.sweep` takes a
+``policy_factory`` and the commands pass :func:`hf_policy_factory` (the checkpoint's own generation)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from twinrun.core.errors import DependencyMissing, InfrastructureError, TwinrunError
+from twinrun.core.sweep import ArmPlan, CuratorPolicy, SweepError
+from twinrun.core.toolcalls import CURATE_TOOL
+from twinrun.models.tiny import resolve_model
+
+__all__ = ["HFCuratorPolicy", "hf_policy_factory"]
+
+
+class HFCuratorPolicy:
+    """Generate curator turns with an HF checkpoint: the system prompt and chi as the chat, the ``curate`` tool
+    in the chat template (as in training), the spec's sampling settings, ``curator.max_response_tokens`` new
+    tokens. The seed of a generation is derived from (seed, chi), so a rerun of the same input reproduces it on
+    the same hardware. torch/transformers are imported on first use."""
+
+    def __init__(self, model_dir: str | Path, *, system_prompt: str, tools: list[dict[str, Any]], temperature: float,
+                 top_p: float, top_k: int | None, max_new_tokens: int, seed: int,
+                 tokenizer_dir: str | Path | None = None, device: str = "cpu", max_prompt_tokens: int | None = None):
+        self.model_dir = str(model_dir)
+        self.max_prompt_tokens = max_prompt_tokens
+        self.tokenizer_dir = str(tokenizer_dir) if tokenizer_dir else None
+        self.system_prompt = system_prompt
+        self.tools = tools
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self.device = device
+        self._model: Any = None
+        self._tok: Any = None
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError:
+            raise DependencyMissing("sweep: transformers is missing (fix: pip install 'twinrun[trl]')") from None
+        sources = [self.model_dir] + ([self.tokenizer_dir] if self.tokenizer_dir else [])
+        for src in sources:
+            try:
+                self._tok = AutoTokenizer.from_pretrained(src)
+                break
+            except (OSError, ValueError):
+                continue
+        if self._tok is None:
+            raise SweepError(f"checkpoint {self.model_dir}: no tokenizer there or at curator.model (fix: save the "
+                             "tokenizer with the checkpoint)")
+        try:
+            self._model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(self.device)
+        except OSError as e:
+            raise SweepError(f"checkpoint {self.model_dir}: cannot be loaded ({e}; fix: an HF model folder)") from None
+        self._model.eval()
+
+    def __call__(self, curator_input: str, history: Sequence[Any] = ()) -> str:
+        """``history``: the arm's last ``curator.history`` (input, turn) pairs (context_shape.HistoryTurn), oldest
+        first; the prompt is core's per_position messages, tokenised as both backends tokenise a training row."""
+        import torch
+
+        from twinrun.core.context_shape import fit_history, prompt_token_ids
+        from twinrun.core.curation import stable_int
+
+        self._load()
+        messages, _ = fit_history(self.system_prompt, curator_input, history, limit=self.max_prompt_tokens,
+                                  measure=lambda m: len(prompt_token_ids(self._tok, m, self.tools)))
+        ids = torch.tensor([prompt_token_ids(self._tok, messages, self.tools)], device=self.device)
+        enc = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        torch.manual_seed(stable_int("curator-turn", self.seed, curator_input) % (2**31))
+        kw: dict[str, Any] = {"max_new_tokens": self.max_new_tokens,
+                              "pad_token_id": self._tok.pad_token_id or self._tok.eos_token_id}
+        if self.temperature > 0:
+            kw.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
+            if self.top_k:
+                kw["top_k"] = self.top_k
+        else:
+            kw["do_sample"] = False
+        try:
+            with torch.no_grad():
+                out = self._model.generate(**enc, **kw)
+        except RuntimeError as e:  # out of memory, device failure: infrastructure, not the curator's choice
+            raise InfrastructureError(f"curator generation failed: {e}") from e
+        return self._tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,
+                      device: str = "cpu") -> CuratorPolicy:
+    """The default: generate with the arm's checkpoint (tokenizer from the checkpoint, else from curator.model)."""
+    assert arm.checkpoint_path is not None
+    try:  # the tokenizer's fallback source when a checkpoint was saved without one
+        tok_dir = resolve_model(spec.curator.model, cache_dir)
+    except TwinrunError:
+        tok_dir = None
+    return HFCuratorPolicy(
+        arm.checkpoint_path, system_prompt=spec.read_prompt("curator_system").strip(), tools=[CURATE_TOOL],
+        temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
+        max_new_tokens=spec.curator.max_response_tokens, seed=spec.seed * 1000 + arm.replicate,
+        tokenizer_dir=tok_dir, device=device, max_prompt_tokens=spec.curator.max_prompt_tokens,
+    )
