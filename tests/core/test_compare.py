@@ -32,35 +32,50 @@ FAST = CompareSettings(n_boot=2000, seed=0)
 SHAPE = [0.0, 1.0, 0.3, -0.6, 0.6, 1.2, -0.3, 0.2]  # logit-scale shifts per checkpoint
 
 
-def test_pure_noise_gives_no_evidence_and_the_games_that_would_decide() -> None:
+def test_pure_noise_gives_no_evidence_and_the_games_and_streams_that_would_decide() -> None:
     flat = [0.0] * 8
-    res = compare_games(synthetic_game_table({"trl": flat, "verl": flat}, seed=2), "baseline", FAST)
+    table = synthetic_game_table({"trl": flat, "verl": flat}, seed=2, streams=3, stream_sd=0.4)
+    res = compare_games(table, "baseline", FAST)
     (pair,) = res["pairs"]
-    assert pair["verdict"] == NO_EVIDENCE, pair["explanation"]
+    assert pair["verdict"] == NO_EVIDENCE and pair["reason"] == "undecided", pair["explanation"]
     detail = pair["n_to_decide_detail"]
-    # the alternatives are pre-specified (delta), so flat curves still get a finite number of games
-    assert pair["n_to_decide"] == max(detail["equivalence_if_same_shape"], detail["profile_difference_of_delta"]) > 140
-    assert f"About {pair['n_to_decide']} games per arm would decide" in pair["explanation"]
+    # the alternatives are pre-specified (delta): stream noise (an ICC of a few percent) does not shrink with games,
+    # so no number of games at 3 streams decides, and the streams that would are many
+    assert pair["n_to_decide"] is None and detail["games_per_stream"] is None and detail["at_streams"] == 3
+    assert detail["streams"] is None or detail["streams"] > 3
+    assert "stream noise does not shrink with games" in pair["explanation"]
     assert all(a["p_holm"] is None or a["p_holm"] >= 0.01 for a in res["arms"])
+    # without stream effects the same rule promises a finite number of games per stream
+    quiet = compare_games(synthetic_game_table({"trl": flat, "verl": flat}, seed=2, streams=3), "baseline", FAST)
+    d2 = quiet["pairs"][0]["n_to_decide_detail"]
+    assert quiet["pairs"][0]["n_to_decide"] == d2["games_per_stream"] == max(d2["games_equivalence"],
+                                                                            d2["games_profile_difference"]) > 140
+    # one stream per arm: nothing is decided, and no number of games is promised
+    one = compare_games(synthetic_game_table({"trl": flat, "verl": flat}, seed=2), "baseline", FAST)["pairs"][0]
+    assert one["reason"] == "one-stream" and one["n_to_decide"] is None
+    assert "One stream per arm cannot decide a shape however many games it plays" in one["explanation"]
 
 
-def test_run_statistics_and_test_retest_ceiling() -> None:
-    table = synthetic_game_table({"trl": SHAPE, "verl": SHAPE}, seed=4, replicates=("trl", "baseline"))
+def test_run_statistics_streams_icc_and_test_retest() -> None:
+    table = synthetic_game_table({"trl": SHAPE, "verl": SHAPE}, seed=4, streams=4, stream_sd=0.3)
     res = compare_games(table, "baseline", FAST)
     trl = res["runs"]["trl"]
-    assert trl["checkpoints"] == [10, 20, 30, 40, 50, 60, 70, 80]
+    assert trl["checkpoints"] == [10, 20, 30, 40, 50, 60, 70, 80] and trl["streams"] == [4] * 8
     assert trl["peak_checkpoint"] in (20, 60)  # the two planted highs
     assert sum(trl["argmax_distribution"].values()) == pytest.approx(1.0)
     assert trl["final_minus_peak"] <= 0
-    assert trl["final_vs_peak"]["method"].startswith("cross-fitted") and len(trl["final_vs_peak"]["ci"]) == 2
-    assert trl["cochran_q"]["p_value"] < 0.001
-    assert trl["test_retest"]["r"] > 0.5 and len(trl["test_retest"]["checkpoints"]) == 8
+    assert "stream model" in trl["final_vs_peak"]["method"]
+    assert trl["checkpoint_effect"]["p_value"] < 0.001 and trl["checkpoint_effect"]["df2"] == 8 * 3
+    assert trl["test_retest"]["r"] > 0.5 and trl["test_retest"]["method"].startswith("split-half")
     (pair,) = res["pairs"]
     assert 0 < pair["ceiling_test_retest"] <= 1 and 0 < pair["ceiling_sampling"] <= 1
-    # replicate arms are measured but are no hypotheses (no multiplicity family)
-    rep = [a for a in res["arms"] if a["replicate"] == 1]
-    assert rep and all(a["family"] is None and a["p_holm"] is None for a in rep)
-    assert res["skipped"] == []
+    assert pair["streams"] == 4 and pair["interaction"]["df2"] == 16 * 3
+    # the hypotheses are the (run, checkpoint) cells, each with its streams; the streams' own rows are conditional
+    assert len(res["arms"]) == 16 and all(a["streams"] == 4 and a["family"] for a in res["arms"])
+    assert len(res["stream_arms"]) == 64 and res["baseline"]["streams"] == 4
+    s = res["streams"]
+    assert s["mode"] == "streams" and s["icc"]["ci"][0] <= s["icc"]["estimate"] <= s["icc"]["ci"][1]
+    assert s["icc"]["deff"] == pytest.approx(1 + (s["icc"]["games_per_stream"] - 1) * s["icc"]["estimate"])
     json.loads(to_json(res))  # strict JSON: NaN became null
 
 
@@ -159,9 +174,10 @@ def test_published_summary_path(tmp_path: Path) -> None:
     assert trl["cochran_q"] is None
     (pair,) = res["pairs"]
     assert pair["pearson"] is not None and pair["verdict"] in VERDICTS
-    assert "binomial logit on counts" in pair["interaction"]["method"]
+    assert "success-rate scale" in pair["interaction"]["method"] and pair["reason"] == "one-stream"
+    assert a["p_conditional_on_stream"] if "p_conditional_on_stream" in a else "conditional on the stream" in a["test"]
     skipped = " ".join(res["skipped"])
-    for what in ("exact McNemar for 5 arm(s)", "Cochran's Q", "game effects", "test-retest"):
+    for what in ("exact McNemar for 5 arm(s)", "Cochran's Q", "pairing", "test-retest", "between-stream"):
         assert what in skipped
     json.loads(to_json(res))
 

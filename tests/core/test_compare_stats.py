@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from twinrun.core.compare import clogit, shape
+from twinrun.core.compare import shape
 from twinrun.core.compare import power as pw
 from twinrun.core.compare import stats as cs
-from twinrun.core.compare.synthetic import synthetic_game_table
 
 # ------------------------------------------------------------------------------------------------------------
 # McNemar
@@ -119,28 +117,8 @@ def test_cochran_q_matches_formula() -> None:
     assert got["n_games"] == 6
 
 
-def test_conditional_logit_matches_statsmodels() -> None:
-    from statsmodels.discrete.conditional_models import ConditionalLogit
-
-    rng = np.random.default_rng(1)
-    g = np.repeat(np.arange(30), 6)
-    x = rng.normal(size=(180, 3))
-    y = (rng.random(180) < 1 / (1 + np.exp(-(x @ [0.5, -1, 0.2] + rng.normal(size=30)[g])))).astype(float)
-    sums, cnt = np.bincount(g, weights=y), np.bincount(g)
-    keep = ((sums > 0) & (sums < cnt))[g]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = ConditionalLogit(y, x, groups=g).fit(method="newton", disp=False)
-    _, gg = np.unique(g[keep], return_inverse=True)
-    ours = clogit.conditional_logit(y[keep], x[keep], gg)
-    assert ours.ok
-    assert ours.llf == pytest.approx(ref.llf, abs=1e-6)
-    assert ours.params == pytest.approx(np.asarray(ref.params), abs=1e-4)
-
-
-
-
 def test_holm_equals_statsmodels() -> None:
+    """multipletests' Holm runs gc.collect() on every call (~120 ms); the 6-line step-down gives the same numbers."""
     from statsmodels.stats.multitest import multipletests
 
     rng = np.random.default_rng(5)
@@ -148,101 +126,6 @@ def test_holm_equals_statsmodels() -> None:
         p = rng.random(m) ** 3
         p[0] = p[-1]  # a tie
         assert cs.holm(p) == pytest.approx(multipletests(p, method="holm")[1], abs=1e-12)
-
-
-def _interaction_rows(table) -> tuple[np.ndarray, ...]:
-    ya = table.outcomes[1:]
-    g, k = ya.shape[1], ya.shape[0] // 2
-    return (ya.ravel(), np.tile(np.arange(g), 2 * k), np.repeat([0, 1], k * g), np.tile(np.repeat(np.arange(k), g), 2))
-
-
-def test_interaction_under_separation_is_the_same_likelihood_ratio_of_suprema() -> None:
-    rng = np.random.default_rng(0)
-    n, k = 60, 3
-    y = (rng.random((2, k, n)) < 0.5).astype(float)
-    y[1, 2, :] = 1.0  # run 1 wins every game at its last checkpoint: the logit coefficient runs off to infinity
-    game = np.tile(np.arange(n), 2 * k)
-    group = np.repeat([0, 1], k * n)
-    ckpt = np.tile(np.repeat(np.arange(k), n), 2)
-    res = clogit.interaction_test(y.ravel(), game, group, ckpt)
-    assert res["method"].startswith("conditional logit") and res["converged"]  # no switch to another hypothesis
-    assert "separation" in res["note"] and res["p_value"] < 1e-6
-    # the statistic is the ratio of suprema: pushing the separated coefficient further does not raise the llf
-    lik = clogit.ConditionalLik(*_informative(y.ravel(), game))
-    _, x_full = _designs(group, ckpt, k, y.ravel(), game)
-    f = clogit.fit_logit(lik, x_full)
-    assert f.separated and f.converged
-    pushed = f.params.copy()
-    pushed[np.abs(pushed) > clogit.SEPARATED] *= 2.0
-    assert lik(x_full @ pushed)[0] - f.llf < 1e-4
-
-
-def _informative(y: np.ndarray, game: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    _, gidx = np.unique(game, return_inverse=True)
-    sums, cnt = np.bincount(gidx, weights=y), np.bincount(gidx)
-    keep = ((sums > 0) & (sums < cnt))[gidx]
-    _, g2 = np.unique(gidx[keep], return_inverse=True)
-    return y[keep], g2
-
-
-def _designs(group: np.ndarray, ckpt: np.ndarray, k: int, y: np.ndarray, game: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    _, gidx = np.unique(game, return_inverse=True)
-    sums, cnt = np.bincount(gidx, weights=y), np.bincount(gidx)
-    keep = ((sums > 0) & (sums < cnt))[gidx]
-    grp, ck = group[keep].astype(float), ckpt[keep]
-    c = np.zeros((grp.size, k - 1))
-    rows = np.flatnonzero(ck > 0)
-    c[rows, ck[rows] - 1] = 1.0
-    red = np.hstack([grp[:, None], c])
-    return red, np.hstack([red, c * grp[:, None]])
-
-
-def test_log_space_path_equals_the_fast_path() -> None:
-    rng = np.random.default_rng(2)
-    groups = np.repeat(np.arange(20), 6)
-    y = (rng.random(120) < 0.5).astype(float)
-    y[::6], y[1::6] = 1.0, 0.0  # every stratum informative
-    lik = clogit.ConditionalLik(y, groups)
-    eta = rng.normal(size=120)
-    ll, g = lik(eta)
-    ll2, g2 = lik._log_space(eta)
-    assert ll == pytest.approx(ll2, rel=1e-10) and g == pytest.approx(g2, abs=1e-10)
-    # weights spanning e^-800 underflow the fast path: the exact path takes over and stays finite
-    eta[::6] = -800.0
-    ll3, g3 = lik(eta)
-    assert np.isfinite(ll3) and np.all(np.isfinite(g3))
-
-
-def test_one_scale_model_recovers_a_planted_amplitude() -> None:
-    base = np.array([0.0, 1.0, 0.3, -0.6, 0.6, 1.2, -0.3, 0.2])
-    table = synthetic_game_table({"a": list(base), "b": list(0.5 * base)}, n_games=1500, seed=3)
-    res = clogit.interaction_test(*_interaction_rows(table), amplitude=True)
-    amp = res["amplitude"]
-    assert amp["reference"] == 0 and amp["shape_p"] > 0.05  # proportional profiles: one scale is enough
-    lo, hi = amp["scale_ci"]
-    assert lo < 0.5 < hi and 0.3 < amp["scale"] < 0.7 and hi - lo < 0.5
-    # named second, the larger profile is still the reference: the test does not depend on the order
-    swapped = synthetic_game_table({"a": list(0.5 * base), "b": list(base)}, n_games=1500, seed=3)
-    assert clogit.interaction_test(*_interaction_rows(swapped), amplitude=True)["amplitude"]["reference"] == 1
-    # profiles that are not proportional: the one-scale model is rejected against the saturated interaction
-    other = synthetic_game_table({"a": list(base), "b": list(base[::-1])}, n_games=400, seed=3)
-    assert clogit.interaction_test(*_interaction_rows(other), amplitude=True)["amplitude"]["shape_p"] < 1e-4
-
-
-def test_binomial_counts_model_matches_statsmodels_glm() -> None:
-    import statsmodels.api as sm
-
-    succ = np.array([60, 70, 55, 64, 80, 50.0])
-    tot = np.full(6, 140.0)
-    res = clogit.interaction_test_counts(succ, tot, np.repeat([0, 1], 3), np.tile(np.arange(3), 2), amplitude=False)
-    red = np.column_stack([np.ones(6), np.repeat([0, 1.0], 3), [0, 1, 0, 0, 1, 0], [0, 0, 1, 0, 0, 1]])
-    full = np.column_stack([red, red[:, 2] * red[:, 1], red[:, 3] * red[:, 1]])
-    endog = np.column_stack([succ, tot - succ])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the saturated model fits the 6 cells exactly
-        lr = 2 * (sm.GLM(endog, full, family=sm.families.Binomial()).fit().llf
-                  - sm.GLM(endog, red, family=sm.families.Binomial()).fit().llf)
-    assert res["statistic"] == pytest.approx(lr, abs=1e-5) and res["df"] == 2
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -276,16 +159,6 @@ def test_detrend_removes_a_line_and_keeps_the_wiggles() -> None:
     assert float(cs.row_pearson(out, wig)) > 0.85
 
 
-def test_equivalence_band_by_hand() -> None:
-    la, lb = np.array([0.0, 0.1, 0.2]), np.array([0.05, 0.15, 0.25])  # the same shape, a level apart
-    dev = np.array([[0.01, -0.01, 0.0], [-0.01, 0.01, 0.0], [0.02, 0.0, -0.02], [-0.02, 0.0, 0.02]])
-    band = shape.centred_difference_band(la, la + dev, lb, lb + 0 * dev, level=0.9)
-    assert band["diff"] == pytest.approx([0, 0, 0])  # the level offset is removed by centring
-    assert band["sd"] == pytest.approx(np.std(dev - dev.mean(axis=1, keepdims=True), axis=0, ddof=1))
-    assert band["half_width_max"] == pytest.approx(np.max(band["c"] * band["sd"]))
-    assert 0 < band["c"] <= np.max(np.abs(band["dev"]) / band["sd"])
-
-
 def test_crossfit_final_vs_peak_by_hand() -> None:
     # 4 games, 2 folds, 3 checkpoints. Fold 0 = games 0, 1; fold 1 = games 2, 3.
     diff = np.array([[1, 1, 0, 0], [0, 0, 1, 1], [0, 1, 1, 0]], dtype=float)  # [K, G]
@@ -317,7 +190,9 @@ def test_profile_anova_by_hand() -> None:
     ss_w = ((cen["a"] - m["a"]) ** 2).sum() + ((cen["b"] - m["b"]) ** 2).sum()
     assert (res["df1"], res["df2"]) == (2, 4)
     assert res["statistic"] == pytest.approx((ss_b / 2) / (ss_w / 4))
-    assert res["p_value"] == pytest.approx(stats.f.sf(res["statistic"], 2, 4))
+    assert res["p_uncorrected"] == pytest.approx(stats.f.sf(res["statistic"], 2, 4))
+    e = res["epsilon"]
+    assert res["p_value"] == pytest.approx(stats.f.sf(res["statistic"], 2 * e, 4 * e))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -363,15 +238,3 @@ def test_fisher_rejection_region_and_its_mde() -> None:
             assert rej[x1, x0] == (stats.fisher_exact([[x1, 12 - x1], [x0, 10 - x0]])[1] <= 0.05)
     mde = pw.mde_fisher_exact(np.array([140, 140]), 140, 0.4, np.array([0.05, 0.001]))
     assert 0.1 < mde[0] < mde[1] < 0.4
-
-
-def test_games_to_decide_scale_with_the_noise_not_with_the_observed_effect() -> None:
-    rng = np.random.default_rng(0)
-    dev = rng.normal(0, 0.02, size=(2000, 8))
-    c = float(np.quantile(np.max(np.abs(dev) / dev.std(axis=0, ddof=1), axis=1), 0.9))
-    n1 = pw.n_for_equivalence(dev, c, 0.05, 140)
-    n2 = pw.n_for_equivalence(2 * dev, c, 0.05, 140)  # twice the noise -> four times the games
-    assert n2 / n1 == pytest.approx(4, rel=0.02)
-    m1 = pw.n_for_profile_difference(dev, 0.05, 140)
-    assert pw.n_for_profile_difference(dev, 0.10, 140) == pytest.approx(m1 / 4, rel=0.05)
-    assert pw.n_for_equivalence(dev, c, 0.05, 140, max_factor=1e-3) is None

@@ -60,9 +60,6 @@ def ev(**kw: object) -> ShapeEvidence:
     return ShapeEvidence(**base)  # type: ignore[arg-type]
 
 
-PROPORTIONAL = {"reference": 0, "scale": 0.3, "scale_ci": [0.1, 0.5], "shape_p": 0.6}
-
-
 @pytest.mark.parametrize("evidence,verdict,reason", [
     (ev(), AGREE, "agree"),
     (ev(pearson_ci=(0.3, 0.97)), NO_EVIDENCE, "undecided"),  # r's lower bound under rho0 = 0.5
@@ -70,11 +67,15 @@ PROPORTIONAL = {"reference": 0, "scale": 0.3, "scale_ci": [0.1, 0.5], "shape_p":
     (ev(pearson=-0.8, pearson_ci=(-0.95, -0.4)), DIFFER, "opposite"),
     (ev(interaction_p=1e-6, pearson_ci=(-0.2, 0.8)), DIFFER, "profiles"),
     (ev(interaction_p=1e-6, detrended=-0.9), CO_MOVE, "shared-trend"),
-    # the interaction is one amplitude: not a difference of shape, and not agreement either
-    (ev(interaction_p=1e-6, amplitude=PROPORTIONAL), NO_EVIDENCE, "undecided"),
-    # one amplitude with a negative scale is an opposite profile
-    (ev(interaction_p=1e-6, pearson_ci=(-0.5, 0.2), amplitude={**PROPORTIONAL, "scale": -0.9, "scale_ci": [-1.2, -0.6]}),
-     DIFFER, "profiles"),
+    # a shaped curve against a flat one: r undefined, the interaction significant -> differ (it was "one amplitude
+    # of scale 0" and "no evidence" before: interaction p 6e-146 at 3,000 games)
+    (ev(interaction_p=6e-146, pearson=float("nan"), pearson_ci=(float("nan"), float("nan"))), DIFFER, "profiles"),
+    # replicate streams: the same rule; one stream per arm: nothing, unless the correlation is stated
+    (ev(streams=4), AGREE, "agree"),
+    (ev(streams=1), NO_EVIDENCE, "one-stream"),
+    (ev(streams=1, interaction_p=1e-9), NO_EVIDENCE, "one-stream"),
+    (ev(streams=1, pearson=-0.8, pearson_ci=(-0.95, -0.4)), NO_EVIDENCE, "one-stream"),
+    (ev(streams=1, stated_icc=0.02, interaction_p=1e-9, pearson_ci=(-0.2, 0.8)), DIFFER, "profiles"),
     (ev(n_checkpoints=2), NO_EVIDENCE, "too-few-checkpoints"),
 ])
 def test_decide(evidence: ShapeEvidence, verdict: str, reason: str) -> None:
@@ -88,8 +89,12 @@ def test_every_sentence_says_why() -> None:
     assert "opposite directions" in decide(ev(pearson=-0.8, pearson_ci=(-0.95, -0.4)), S)["explanation"]
     co = decide(ev(interaction_p=1e-6, detrended=-0.9), S)["explanation"]
     assert "share a trend but not their ups and downs" in co and "-0.90 after removing" in co
-    amp = decide(ev(interaction_p=1e-6, amplitude=PROPORTIONAL), S)["explanation"]
-    assert "One amplitude explains the interaction" in amp and "0.30 x a's [0.10, 0.50]" in amp
+    one = decide(ev(streams=1, interaction_p=1e-9), S)["explanation"]
+    assert "cannot separate stream luck" in one and "--stream-icc" in one and "conditional on the streams" in one
+    stated = decide(ev(streams=1, stated_icc=0.02, interaction_p=1e-9, pearson_ci=(-0.2, 0.8)), S)["explanation"]
+    assert "intra-stream correlation 0.02 as stated" in stated
+    fam = decide(ev(interaction_p=0.01, n_pairs=6, pearson_ci=(-0.2, 0.8)), S)["explanation"]
+    assert "Holm over 6 pairs" in fam
     conf = decide(ev(confounded=True), S)["explanation"]
     assert "framework and RL seed are confounded" in conf
     assert decide(ev(), CompareSettings(rho0=0.95))["verdict"] == NO_EVIDENCE  # the criterion reads its settings
@@ -99,21 +104,28 @@ def test_every_sentence_says_why() -> None:
 # ------------------------------------------------------------------------------------------------------------
 # Planted cases through the CLI (one fixed draw each: regressions; the rates are in the slow tests below)
 
-# (case, games, draw): the agree cases need the games that show equivalence within +-5 pp (about 2600 per arm
-# here, as `n_to_decide` says at 140); summaries, whose bootstrap cannot pair games, need more
+# (case, games, draw): one stream per arm with the synthetic truth's own correlation stated (--stream-icc 0: these
+# tables have no stream effect); the agree cases need the games that show equivalence within +-5 pp. An amplitude
+# other than 1 is a profile difference on the success-rate scale (amplitude-0.3 was "no evidence or agree" when a
+# one-amplitude fit excused the interaction); a shaped curve against a flat one differs.
+NOT_DIFFER = {AGREE, NO_EVIDENCE}
 PER_GAME = [("same-shape", 3000, 2, {AGREE}), ("level-offset", 3000, 2, {AGREE}), ("opposite", 140, 0, {DIFFER}),
-            ("flat", 140, 0, {NO_EVIDENCE}), ("amplitude-0.3", 140, 0, {NO_EVIDENCE, AGREE}),
-            ("shared-trend-opposite-wiggles", 140, 0, {CO_MOVE, DIFFER}), ("final-collapse", 140, 0, {CO_MOVE, DIFFER})]
-SUMMARY = [("same-shape", 8000, 0, {AGREE}), ("level-offset", 8000, 0, {AGREE}), ("opposite", 140, 0, {DIFFER}),
-           ("flat", 140, 0, {NO_EVIDENCE}), ("amplitude-0.3", 140, 0, {NO_EVIDENCE, AGREE}),
-           ("shared-trend-opposite-wiggles", 140, 0, {CO_MOVE, DIFFER}), ("final-collapse", 140, 0, {CO_MOVE, DIFFER})]
+            ("flat", 140, 2, {NO_EVIDENCE}), ("amplitude-0.3", 140, 0, NOT_AGREE),
+            ("shared-trend-opposite-wiggles", 140, 0, {CO_MOVE, DIFFER}), ("final-collapse", 140, 0, {CO_MOVE, DIFFER}),
+            ("shaped-vs-flat", 3000, 0, {DIFFER})]
+# a level offset on the logit is not one on the success-rate scale: its centred curves differ by up to 1.2 pp (the
+# nonlinear link), which 8000 games can detect: then co-move (r ~ 1), never differ
+SUMMARY = [("same-shape", 8000, 0, {AGREE}), ("level-offset", 8000, 0, {AGREE, CO_MOVE}), ("opposite", 140, 0, {DIFFER}),
+           ("flat", 140, 0, {NO_EVIDENCE}), ("amplitude-0.3", 140, 0, NOT_AGREE),
+           ("shared-trend-opposite-wiggles", 140, 0, {CO_MOVE, DIFFER}), ("final-collapse", 140, 0, {CO_MOVE, DIFFER}),
+           ("shaped-vs-flat", 3000, 0, {DIFFER})]
 
 
 @pytest.mark.parametrize("case,n_games,draw,expected", PER_GAME, ids=[c[0] for c in PER_GAME])
 def test_planted_case_per_game_through_the_cli(tmp_path: Path, case: str, n_games: int, draw: int,
                                                expected: set[str]) -> None:
     write_sweep(planted_table(case, n_games=n_games, seed=draw), tmp_path / "sweep")
-    doc = cli_json(str(tmp_path / "sweep"), "--baseline", "baseline", "--n-boot", "1000")
+    doc = cli_json(str(tmp_path / "sweep"), "--baseline", "baseline", "--n-boot", "1000", "--stream-icc", "0")
     (pair,) = doc["pairs"]
     assert pair["verdict"] in expected, pair["explanation"]
 
@@ -122,9 +134,44 @@ def test_planted_case_per_game_through_the_cli(tmp_path: Path, case: str, n_game
 def test_planted_case_summary_through_the_cli(tmp_path: Path, case: str, n_games: int, draw: int,
                                               expected: set[str]) -> None:
     path = write_summary_csv(planted_table(case, n_games=n_games, seed=draw), tmp_path / "summary.csv")
-    doc = cli_json(str(path), "--baseline", "baseline", "--n-boot", "1000")
+    doc = cli_json(str(path), "--baseline", "baseline", "--n-boot", "1000", "--stream-icc", "0")
     (pair,) = doc["pairs"]
     assert pair["verdict"] in expected, pair["explanation"]
+
+
+# (case, draw): 4 streams of 140 games per arm with a stream effect (sd 0.4 on the logit: an ICC of about 2.5%)
+STREAMED = [("opposite", 0, {DIFFER}), ("flat", 0, {NO_EVIDENCE}), ("same-shape", 0, NOT_DIFFER),
+            ("level-offset", 0, NOT_DIFFER), ("shaped-vs-flat", 0, {DIFFER, CO_MOVE})]
+
+
+@pytest.mark.parametrize("case,draw,expected", STREAMED, ids=[c[0] for c in STREAMED])
+def test_planted_case_with_streams_through_the_cli(tmp_path: Path, case: str, draw: int, expected: set[str]) -> None:
+    write_sweep(planted_table(case, seed=draw, streams=4, stream_sd=0.4), tmp_path / "sweep")
+    doc = cli_json(str(tmp_path / "sweep"), "--baseline", "baseline", "--n-boot", "1000")
+    (pair,) = doc["pairs"]
+    assert pair["verdict"] in expected, pair["explanation"]
+    assert doc["streams"]["mode"] == "streams" and doc["streams"]["icc"]["deff"] > 1
+
+
+def test_one_stream_decides_nothing_without_a_stated_correlation(tmp_path: Path) -> None:
+    """The same opposite curves, one stream per arm: without --stream-icc no shape claim, and the per-arm p-values
+    say they are conditional on the stream; with a pilot's value the claim is made against the inflated noise."""
+    write_sweep(planted_table("opposite", seed=0, stream_sd=0.4), tmp_path / "sweep")
+    doc = cli_json(str(tmp_path / "sweep"), "--baseline", "baseline", "--n-boot", "1000")
+    (pair,) = doc["pairs"]
+    assert pair["verdict"] == NO_EVIDENCE and pair["reason"] == "one-stream"
+    assert all(a["p_conditional_on_stream"] and "conditional on the stream" in a["test"] for a in doc["arms"])
+    assert doc["streams"]["mode"] == "one stream" and doc["streams"]["icc"] is None
+    stated = cli_json(str(tmp_path / "sweep"), "--baseline", "baseline", "--n-boot", "1000", "--stream-icc", "0.02")
+    assert stated["pairs"][0]["verdict"] == DIFFER, stated["pairs"][0]["explanation"]
+    assert stated["streams"]["stated_deff"] == pytest.approx(1 + 139 * 0.02)
+    assert not any(a["p_conditional_on_stream"] for a in stated["arms"])
+    # a stated correlation widens every interval
+    lo0, hi0 = doc["arms"][0]["lift_ci"]
+    lo1, hi1 = stated["arms"][0]["lift_ci"]
+    assert hi1 - lo1 > 1.3 * (hi0 - lo0)
+    out = CliRunner().invoke(app, ["compare", str(tmp_path / "sweep"), "--baseline", "baseline", "--stream-icc", "1.5"])
+    assert out.exit_code != 0 and "stream_icc: 1.5 must be in [0, 1)" in str(out.exception or out.output)
 
 
 def test_report_explains_each_verdict_in_one_sentence(tmp_path: Path) -> None:

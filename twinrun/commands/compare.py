@@ -35,6 +35,11 @@ def compare_cmd(
     across: str | None = typer.Option(None, "--across", help="several sweeps (or an executor column) that differ in "
                                       "this axis: executor"),
     max_unmeasured: float = typer.Option(0.1, "--max-unmeasured", help="flag arms with a larger unmeasured share"),
+    stream_icc: float | None = typer.Option(None, "--stream-icc", help="intra-stream correlation RHO from a pilot "
+                                            "sweep with streams, for inputs with one stream per arm (old sweeps, "
+                                            "published summaries): every variance gains the stream variance, a "
+                                            "design effect of 1 + (games - 1) RHO; without it one stream decides no "
+                                            "shape (docs/compare.md)"),
     metrics: list[str] = typer.Option([], "--metrics", help="LABEL=PATH of a run's metrics.jsonl for the "
                                       "training-dynamics figure (repeatable; with --out; the runs of sweep "
                                       "folders are found on their own)"),
@@ -48,7 +53,8 @@ def compare_cmd(
     settings = CompareSettings(alpha=alpha, power=power, level=level, n_boot=n_boot, seed=seed,
                                max_unmeasured_share=max_unmeasured, family=family,
                                family_map=tuple(_pairs(family_of, "--family-of", "NAME=GLOB", "trl='trl-*'")),
-                               rho0=rho0, delta=delta / 100.0, groups=tuple(parse_groups(group)), across=across)
+                               rho0=rho0, delta=delta / 100.0, groups=tuple(parse_groups(group)), across=across,
+                               stream_icc=stream_icc)
     result = compare(inputs, baseline, settings)
     report_path = None
     if out is not None:

@@ -78,10 +78,33 @@ def _verdict_section(result: Mapping[str, Any], h: str) -> list[str]:
         note = f" ({inter['note']})" if inter.get("note") else ""
         lines.append(f"- **{p['a']} vs {p['b']}: {p['verdict']}.** {p['explanation']} "
                      f"Interaction test: {inter.get('method', '–')}{note}. Bootstrap: {p.get('bootstrap', '')}.")
-    lines += ["", "Centred band: the largest reach from 0 of the 90% simultaneous bootstrap band of the difference of "
-              "the two curves after each is centred on its own mean. Detrended r: Pearson r after removing each "
-              "curve's least-squares line over the steps.", ""]
+    lines += ["", "Centred band: the largest reach from 0 of the pointwise 90% intervals of the difference of the two "
+              "curves after each is centred on its own mean (all inside the margin = equivalence by intersection-union "
+              "TOST). Detrended r: Pearson r after removing each curve's least-squares line over the steps.", ""]
     return lines
+
+
+def streams_sentence(result: Mapping[str, Any]) -> str:
+    """One line on the unit of evidence: streams per arm, the intra-stream correlation and the design effect."""
+    st = result.get("streams") or {}
+    if not st:
+        return ""
+    icc = st.get("icc")
+    if icc:
+        lo, hi = icc["ci"]
+        dlo, dhi = icc["deff_ci"]
+        per = st["streams_per_cell"]
+        n = f"{per['min']}" if per["min"] == per["max"] else f"{per['min']}-{per['max']}"
+        return (f"Streams: {n} per arm, {st.get('baseline_streams')} baseline stream(s), "
+                f"{icc['games_per_stream']:.0f} games per stream. Intra-stream correlation "
+                f"{icc['estimate']:.3f} [{lo:.3f}, {hi:.3f}]; design effect {icc['deff']:.2f} [{dlo:.2f}, {dhi:.2f}] "
+                "(every test is against the variance between streams).")
+    return f"Streams: {st.get('note') or st.get('mode')}."
+
+
+def _streams_section(result: Mapping[str, Any], h: str) -> list[str]:
+    line = streams_sentence(result)
+    return [f"{h} Streams (the unit of evidence)", "", line, ""] if line else []
 
 
 def _frameworks_section(result: Mapping[str, Any], h: str) -> list[str]:
@@ -133,19 +156,22 @@ def _runs_section(result: Mapping[str, Any], h: str) -> list[str]:
             fvp_txt + (" **below peak**" if fvp.get("below_peak") else ""),
             ("–" if c.get("trend_per_step") is None else
              f"{100 * c['trend_per_step'] * 10:+.2f} {_ci([None if v is None else v * 10 for v in (c.get('trend_ci') or [None, None])])}"),
-            "–" if not q else f"Q={q['statistic']:.1f}, df {q['df']}, p {_p(q['p_value'])}",
+            (f"F={c['checkpoint_effect']['statistic']:.1f}, df {c['checkpoint_effect']['df']}, "
+             f"{c['checkpoint_effect']['df2']}, p {_p(c['checkpoint_effect']['p_value'])}" if c.get("checkpoint_effect")
+             else "–" if not q else f"Q={q['statistic']:.1f}, df {q['df']}, p {_p(q['p_value'])}"),
             _num(c.get("reliability")), "–" if not tt else f"{tt['r']:.2f} {_ci(tt['ci'], _num)}",
         ])
     return [f"{h} Runs (curves over checkpoints)", "",
             _table(["run", "ckpts", "peak (lift)", "peak share", "crossings", "final − peak in-sample (pp)",
-                    "final vs peak, honest (pp)", "trend (pp / 10 steps)", "Cochran's Q", "reliability",
+                    "final vs peak, honest (pp)", "trend (pp / 10 steps)", "checkpoint effect", "reliability",
                     "test-retest r"], rows),
             "", "Peak share: fraction of bootstrap resamples in which the peak checkpoint is the argmax. Crossings: "
             "strict sign changes of the lift. Final − peak in-sample is biased low (the peak is the max of noisy "
             "lifts); the honest column picks the peak on half the games and measures it on the other half (per-game "
             "input) or compares the final with every other checkpoint simultaneously (summaries). Reliability: share "
             "of between-checkpoint variance of the curve that is not shape noise (noise shared by every checkpoint "
-            "cancels in a shape and is not counted).", ""]
+            "cancels in a shape and is not counted). Checkpoint effect: one-way F of the stream lifts against the "
+            "between-stream variance (streams), or Cochran's Q over games (one stream, conditional on it).", ""]
 
 
 def _families_section(result: Mapping[str, Any], h: str) -> list[str]:
@@ -209,6 +235,7 @@ def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], tit
         + (f", {base['n_unmeasured']} unmeasured (excluded)" if base.get("n_unmeasured") else "") + ".",
         "",
     ]
+    lines += _streams_section(result, h)
     lines += _verdict_section(result, h)
     lines += _frameworks_section(result, h)
     if figures:
@@ -347,6 +374,8 @@ def _print_comparison(console: Any, result: Mapping[str, Any]) -> None:
     base = result["baseline"]
     console.print(f"[bold]baseline[/] {base['arm']}: {100 * base['success_rate']:.1f}% over {base['n_measured']} "
                   f"measured games" + (f", {base['n_unmeasured']} unmeasured" if base.get("n_unmeasured") else ""))
+    if streams_sentence(result):
+        console.print(streams_sentence(result))
     t = Table(title="arms vs baseline")
     for col in ("arm", "family (size)", "n", "unmeas.", "lift pp [CI]", "b/c", "p", "Holm", "BH", "MDE pp"):
         t.add_column(col)

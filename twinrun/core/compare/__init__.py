@@ -6,21 +6,26 @@ per-checkpoint summaries (CSV ``run,checkpoint,n,successes[,b,c][,framework,seed
 rows give the baseline). Per-game arms support every statistic; summaries only those that counts support, and the
 output lists what was skipped or approximated.
 
-What is computed:
-- per arm vs baseline: exact McNemar on the discordant games b, c; the lift (arm - baseline success rate over
-  games measured in both) with a paired bootstrap CI over games; Holm, Benjamini-Hochberg and Bonferroni within
-  each multiplicity family (``run``, ``all`` or ``custom``, with its size); the minimum detectable lift by exact
-  power at the family's per-arm level.
-- per run (its lifts over checkpoints): peak checkpoint and the bootstrap distribution of the argmax, strict
-  sign changes of the lift (crossings of the baseline), final vs peak without the winner's curse (cross-fitted
-  on per-game input), linear trend, Cochran's Q across checkpoints, shape noise and reliability, and, when
-  replicate arms exist, the test-retest correlation of the curve with its replicate.
-- per pair of runs: Pearson and Spearman of per-checkpoint lifts (and Pearson on linearly detrended lifts) with a
-  bootstrap that resamples games jointly across all arms, noise ceilings, a run x checkpoint interaction test with
-  game effects (and, when it is significant, whether one amplitude explains it), the equivalence band of the
-  centred curves, and the verdict (see :mod:`.verdict`) with the games that would decide.
+What is computed (the stream is the unit of evidence: see :mod:`.streams` and docs/compare.md):
+- streams: each (run, checkpoint) cell holds one arm per stream (the arm's ``replicate``); with >= 2 streams the
+  intra-stream correlation and the design effect with intervals, and every statistic below against the variance
+  between streams; with one stream per arm, per-arm p-values conditional on the stream and no shape claim unless
+  the user states the correlation (``stream_icc``), which then adds its stream variance to every variance.
+- per cell vs baseline: Welch t of the stream lifts (streams) or exact McNemar on the discordant games b, c (one
+  stream); the lift (arm - pooled baseline success rate over games measured in both) with its CI; Holm,
+  Benjamini-Hochberg and Bonferroni within each multiplicity family (``run``, ``all`` or ``custom``, with its size);
+  the minimum detectable lift at the family's per-arm level.
+- per run (its lifts over checkpoints): peak checkpoint and the distribution of the argmax, strict sign changes of
+  the lift (crossings of the baseline), final vs peak without the winner's curse, linear trend, the checkpoint
+  effect (one-way F against the stream variance; Cochran's Q with one stream), shape noise and reliability, and a
+  split-half test-retest correlation of the curve over its streams.
+- per pair of runs: Pearson and Spearman of per-checkpoint lifts (and Pearson on linearly detrended lifts) with
+  intervals from the noise model, noise ceilings, a run x checkpoint interaction test on the success-rate scale,
+  the pointwise equivalence band of the centred curves, and the verdict (see :mod:`.verdict`; Holm over pairs)
+  with the games per stream and streams that would decide.
 - per pair of frameworks (runs grouped by backend and training seed): the framework verdict against the seeds'
-  own variation, or the plain statement that one run per framework confounds framework with seed.
+  own variation (sphericity-corrected split-plot F), or the plain statement that one run per framework confounds
+  framework with seed.
 - across executors (``across="executor"``): each sweep against its own baseline, and the transfer of lifts.
 
 Unmeasured rows (infrastructure failures) are excluded from every denominator and counted; an arm with more
@@ -28,7 +33,7 @@ than `max_unmeasured_share` unmeasured rows is flagged. Arms from different swee
 unless the comparison is across executors.
 
 Modules: ``model`` (settings, tables), ``load`` (sweep arms, summary CSVs), ``stats``, ``shape``, ``power`` and
-``clogit`` (pure statistics, no I/O), ``families`` (multiplicity), ``curves`` (per-run curves and pairs),
+``streams`` (pure statistics, no I/O), ``families`` (multiplicity), ``curves`` (per-run curves and pairs),
 ``verdict`` (the rule), ``frameworks`` (seeds), ``games`` / ``summary`` (the two kinds of input), ``transfer``
 (across executors), ``render`` (JSON), ``synthetic`` (sweeps with a known truth, the planted cases).
 """

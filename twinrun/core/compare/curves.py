@@ -1,6 +1,11 @@
 """Curves: each run's lifts over its checkpoints (peak, crossings, trend, final vs peak, reliability, test-retest),
-and the statistics of a pair of curves that feed the verdict (r, r on detrended lifts, the equivalence band, the
-interaction, the games that would decide)."""
+and the statistics of a pair of curves that feed the verdict (r, r on detrended lifts, the pointwise equivalence
+band, the success-rate interaction, the games and streams that would decide).
+
+A curve's `boot[R, K]` holds draws of its lifts under the comparison's noise model: with replicate streams,
+parametric draws of the cell means from the between-stream variance (:mod:`.streams`); with one stream, the paired
+bootstrap over games (conditional on the stream), widened by sqrt(DEFF) where the user states the intra-stream
+correlation. Everything read from `boot` (CIs, argmax, trend, r) inherits the model."""
 
 from __future__ import annotations
 
@@ -11,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from twinrun.core.compare import power as pw
 from twinrun.core.compare import shape
 from twinrun.core.compare import stats as cs
+from twinrun.core.compare import streams as st
 from twinrun.core.compare.model import ArmInfo, CompareSettings
 from twinrun.core.compare.verdict import BAND_LEVEL, NO_EVIDENCE, ShapeEvidence, decide
 
@@ -22,28 +27,32 @@ from twinrun.core.compare.verdict import BAND_LEVEL, NO_EVIDENCE, ShapeEvidence,
 class Curve:
     run: str
     steps: np.ndarray  # [K]
-    arm_idx: np.ndarray  # [K] indices into the arm list
+    arm_idx: np.ndarray  # [K] indices into the (cell) arm list
     lifts: np.ndarray  # [K]
     boot: np.ndarray  # [R, K]
     reliability: float
     test_retest: float | None = None
     framework: str | None = None
     seed: int | None = None
+    model: st.CellModel | None = None  # stream lifts by checkpoint (replicate streams); None with one stream
+    streams: int = 1  # fewest streams in any of its cells
 
 
-FinalVsPeak = Callable[[np.ndarray], dict[str, Any]]  # arm indices of a run (step order) -> its final-vs-peak entry
+PerRun = Callable[[np.ndarray], dict[str, Any]]  # arm indices of a run (step order) -> its extra entries
 
 
 def run_curves(arms: list[ArmInfo], lift: np.ndarray, boot_lift: np.ndarray, settings: CompareSettings,
-               rng: np.random.Generator, *, ya: np.ndarray | None, adj_holm: np.ndarray,
-               final_vs_peak: FinalVsPeak) -> tuple[dict[str, Any], dict[str, Curve]]:
-    """Per-run curve statistics. lift[A], boot_lift[R, A] over `arms`; ya[A, G] per-game outcomes (None for
-    summaries: no Cochran's Q); final_vs_peak computes the run's final-vs-peak entry from its arm indices."""
+               rng: np.random.Generator, *, adj_holm: np.ndarray, per_run: PerRun,
+               models: dict[str, st.CellModel] | None = None,
+               streams: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, Curve]]:
+    """Per-run curve statistics. arms: one per (run, checkpoint) cell; lift[A], boot_lift[R, A] over them;
+    per_run(jj) adds the run's model-specific entries (final vs peak, checkpoint effect, test-retest); models:
+    run -> its CellModel (stream mode, cells in step order); streams[A]: streams per cell."""
     runs: dict[str, Any] = {}
     curves: dict[str, Curve] = {}
     run_names = sorted({a.run for a in arms if a.role == "checkpoint" and a.run is not None})
     for run in run_names:
-        prim = [(a.checkpoint, j) for j, a in enumerate(arms) if a.run == run and a.replicate == 0 and a.role == "checkpoint"]
+        prim = [(a.checkpoint, j) for j, a in enumerate(arms) if a.run == run and a.role == "checkpoint"]
         prim = [(s, j) for s, j in sorted(prim, key=lambda t: (t[0] is None, t[0])) if np.isfinite(lift[j])]
         if not prim:
             runs[run] = {"checkpoints": [], "note": "no checkpoint with measured games"}
@@ -60,10 +69,12 @@ def run_curves(arms: list[ArmInfo], lift: np.ndarray, boot_lift: np.ndarray, set
         slope_boot = cs.linear_slope(steps, B) if k >= 2 else None
         rel = shape.reliability(L, B)
         first = arms[jj[0]]
+        n_streams = int(streams[jj].min()) if streams is not None else 1
         entry: dict[str, Any] = {
             "arms": [arms[j].name for j in jj],
             "framework": first.framework, "seed": first.seed,
             "checkpoints": [int(s) for s in steps],
+            "streams": [int(streams[j]) for j in jj] if streams is not None else [1] * k,
             "lifts": L.tolist(),
             "lift_ci": [[a, b] for a, b in zip(lo.tolist(), hi.tolist())],
             "peak_checkpoint": int(steps[peak]), "peak_lift": float(L[peak]),
@@ -73,29 +84,19 @@ def run_curves(arms: list[ArmInfo], lift: np.ndarray, boot_lift: np.ndarray, set
             # in-sample final - peak: the peak is the max of noisy lifts, so this is biased low (winner's curse);
             # `final_vs_peak` is the honest comparison
             "final_minus_peak": float(L[-1] - L[peak]),
-            "final_vs_peak": final_vs_peak(jj) if k >= 2 else None,
             "trend_per_step": slope,
             "trend_ci": list(cs.percentile_ci(slope_boot, settings.level)) if slope_boot is not None else None,
             "shape_noise": shape.shape_noise(B) if k >= 2 else None,
             "reliability": rel,
             "significant_holm": [int(steps[i]) for i, j in enumerate(jj) if adj_holm[j] < settings.alpha],
         }
-        if ya is not None:
-            entry["cochran_q"] = cs.cochran_q(ya[jj].T) if k >= 2 else None
-        curve = Curve(run, steps, jj, L, B, rel, framework=first.framework, seed=first.seed)
-        # test-retest: the same checkpoints evaluated again (replicate 1) in this sweep
-        reps = {a.checkpoint: j for j, a in enumerate(arms) if a.run == run and a.replicate == 1}
-        shared = [(i, reps[int(s)]) for i, s in enumerate(steps) if int(s) in reps and np.isfinite(lift[reps[int(s)]])]
-        if len(shared) >= 3:
-            i0 = np.array([i for i, _ in shared])
-            i1 = np.array([j for _, j in shared])
-            r_tt = float(cs.row_pearson(L[i0], lift[i1]))
-            r_boot = cs.row_pearson(B[:, i0], boot_lift[:, i1])
-            entry["test_retest"] = {"r": r_tt, "ci": list(cs.percentile_ci(r_boot, settings.level)),
-                                    "checkpoints": [int(steps[i]) for i in i0]}
-            curve.test_retest = r_tt
-        else:
-            entry["test_retest"] = None
+        entry.update(per_run(jj))
+        entry.setdefault("final_vs_peak", None)
+        entry.setdefault("test_retest", None)
+        tt = entry["test_retest"]
+        curve = Curve(run, steps, jj, L, B, rel, framework=first.framework, seed=first.seed,
+                      model=(models or {}).get(run), streams=n_streams,
+                      test_retest=tt["r"] if tt else None)
         runs[run] = entry
         curves[run] = curve
     return runs, curves
@@ -126,77 +127,127 @@ def relation(ca: Curve, cb: Curve) -> str | None:
     return "seeds of one framework" if ca.framework == cb.framework else "across frameworks"
 
 
-def pair_core(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, interaction: dict[str, Any],
-              boot_label: str, *, confounded: bool = False) -> dict[str, Any]:
-    """Everything about one pair of curves, with its verdict. `interaction`: the run x checkpoint test (clogit)."""
+@dataclass(frozen=True)
+class PairNoise:
+    """What a pair's interaction and band are computed from: the stacked cell means [a; b] (2K) and their
+    covariance (df: the error degrees of freedom, None = taken as known), the noise for the games/streams that
+    would decide (None: cannot say), how it was computed, the fewest streams per cell, the stated ICC."""
+
+    cov: np.ndarray
+    df: float | None
+    noise: st.Noise | None
+    method: str
+    streams: int
+    stated_icc: float | None
+
+
+def pair_core(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, pn: PairNoise | None,
+              boot_label: str, *, confounded: bool = False, n_pairs: int = 1) -> tuple[dict[str, Any], ShapeEvidence | None]:
+    """Everything about one pair of curves except the verdict (see :func:`finish_pairs`, which applies the
+    family correction over pairs first). pn: None where fewer than 2 checkpoints are shared."""
     common, ia, ib = shared_steps(ca, cb)
     la, lb = ca.lifts[ia], cb.lifts[ib]
     out: dict[str, Any] = {"a": ca.run, "b": cb.run, "relation": relation(ca, cb), "checkpoints": [int(s) for s in common],
-                           "n_checkpoints": len(common), "n_games": n_games, "bootstrap": boot_label}
+                           "n_checkpoints": len(common), "n_games": n_games, "bootstrap": boot_label,
+                           "streams": pn.streams if pn else min(ca.streams, cb.streams)}
     ceiling_tt, ceiling_s = _ceilings(ca, cb)
     out["ceiling_test_retest"] = ceiling_tt
     out["ceiling_sampling"] = ceiling_s
-    amp = interaction.get("amplitude")
-    if amp:  # name the runs: the scale is the scaled run's profile over the reference run's
-        ref = ca.run if amp["reference"] == 0 else cb.run
-        amp.update({"reference_run": ref, "scaled_run": cb.run if ref == ca.run else ca.run})
-    out["interaction"] = interaction
     none2 = [None, None]
+    if pn is None or len(common) < 2:
+        out["interaction"] = {"method": "none", "statistic": None, "df": 0, "p_value": None,
+                              "note": "fewer than 2 shared checkpoints"}
+    else:
+        means = np.concatenate([la, lb])
+        out["interaction"] = {"method": pn.method, "scale": "success rate",
+                              **st.interaction_wald(means, pn.cov, pn.df)}
+        if pn.streams < 2:
+            out["interaction"]["conditional_on_streams"] = pn.stated_icc is None
     if len(common) < 3:
         out.update({"pearson": None, "pearson_ci": none2, "spearman": None, "spearman_ci": none2,
                     "pearson_detrended": None, "pearson_detrended_ci": none2, "equivalence": None})
         out.update(decide(ShapeEvidence(ca.run, cb.run, len(common), n_games), settings))
         out["n_to_decide"] = None
         out["n_to_decide_detail"] = None
-        return out
+        return out, None
+    assert pn is not None
     ba, bb = ca.boot[:, ia], cb.boot[:, ib]
     pr = float(cs.row_pearson(la, lb))
-    pr_ci = cs.percentile_ci(cs.row_pearson(ba, bb), settings.level)
+    r_boot = cs.row_pearson(ba, bb)
+    pr_ci = cs.percentile_ci(r_boot, settings.level)
+    fam_level = 1.0 - (1.0 - settings.level) / max(n_pairs, 1)  # Bonferroni over the pairs for the "opposite" claim
+    fam_ci = cs.percentile_ci(r_boot, fam_level)
     da, db = shape.detrend(common, la), shape.detrend(common, lb)
     dr = float(cs.row_pearson(da, db))
     dr_ci = cs.percentile_ci(cs.row_pearson(shape.detrend(common, ba), shape.detrend(common, bb)), settings.level)
-    band = shape.centred_difference_band(la, ba, lb, bb, BAND_LEVEL)
+    band = st.pointwise_band(np.concatenate([la, lb]), pn.cov, pn.df, BAND_LEVEL)
     out.update({
-        "pearson": pr, "pearson_ci": list(pr_ci),
+        "pearson": pr, "pearson_ci": list(pr_ci), "pearson_ci_family": list(fam_ci), "family_level": fam_level,
         "spearman": float(cs.row_spearman(la, lb)),
         "spearman_ci": list(cs.percentile_ci(cs.row_spearman(ba, bb), settings.level)),
         "pearson_detrended": dr, "pearson_detrended_ci": list(dr_ci),
-        "equivalence": {"level": BAND_LEVEL, "delta": settings.delta, "difference": band["diff"].tolist(),
+        "equivalence": {"level": BAND_LEVEL, "kind": "pointwise (intersection-union TOST)", "delta": settings.delta,
+                        "difference": band["diff"].tolist(),
                         "band": [[a, b] for a, b in zip(band["lo"].tolist(), band["hi"].tolist())],
                         "half_width_max": band["half_width_max"],
                         "within_delta": bool(band["half_width_max"] <= settings.delta)},
     })
     evidence = ShapeEvidence(
-        ca.run, cb.run, len(common), n_games, pearson=pr, pearson_ci=(float(pr_ci[0]), float(pr_ci[1])),
-        detrended=dr, detrended_ci=(float(dr_ci[0]), float(dr_ci[1])), interaction_p=interaction.get("p_value"),
-        amplitude=interaction.get("amplitude"), band_half_width=band["half_width_max"], confounded=confounded)
-    v = decide(evidence, settings)
-    out.update(v)
-    out["n_to_decide"], out["n_to_decide_detail"] = None, None
-    if v["verdict"] == NO_EVIDENCE:
-        out["n_to_decide"], out["n_to_decide_detail"], sentence = games_to_decide(band, n_games, settings)
-        out["explanation"] += " " + sentence
+        ca.run, cb.run, len(common), n_games, pearson=pr, pearson_ci=(float(fam_ci[0]), float(fam_ci[1])),
+        detrended=dr, detrended_ci=(float(dr_ci[0]), float(dr_ci[1])),
+        interaction_p=out["interaction"].get("p_value"), band_half_width=band["half_width_max"],
+        confounded=confounded, streams=pn.streams, stated_icc=pn.stated_icc, n_pairs=n_pairs)
+    out["_noise"] = pn.noise
+    return out, evidence
+
+
+def finish_pairs(items: list[tuple[dict[str, Any], ShapeEvidence | None]], settings: CompareSettings) -> list[dict[str, Any]]:
+    """The pair verdicts as a family: Holm over the pairs' interaction p-values, then
+    the rule, then, where nothing is decided, the games per stream and the streams that would decide."""
+    from dataclasses import replace
+
+    ps = [(i, ev.interaction_p) for i, (_, ev) in enumerate(items) if ev is not None and ev.interaction_p is not None]
+    adj = dict(zip([i for i, _ in ps], cs.holm(np.array([p for _, p in ps])))) if ps else {}
+    out = []
+    for i, (pair, ev) in enumerate(items):
+        noise = pair.pop("_noise", None)
+        if ev is None:
+            out.append(pair)
+            continue
+        if i in adj:
+            pair["interaction"]["p_holm_pairs"] = float(adj[i])
+            ev = replace(ev, interaction_p=float(adj[i]), n_pairs=len(ps))
+        v = decide(ev, settings)
+        pair.update(v)
+        pair["n_to_decide"], pair["n_to_decide_detail"] = None, None
+        if v["verdict"] == NO_EVIDENCE:
+            pair["n_to_decide"], pair["n_to_decide_detail"], sentence = games_to_decide(noise, settings)
+            pair["explanation"] += " " + sentence
+        out.append(pair)
     return out
 
 
-def games_to_decide(band: dict[str, Any], n_games: int, settings: CompareSettings) -> tuple[int | None, dict[str, Any], str]:
-    """Games per arm that would decide, for the pre-specified alternatives: identical shapes shown equivalent
-    within +-delta, and a profile difference of delta detected by an interaction test, each with the stated power.
-    The noise at n games (the bootstrap of the centred difference) scales as 1/sqrt(games); no observed effect is
-    taken as the truth."""
-    n_eq = pw.n_for_equivalence(band["dev"], band["c"], settings.delta, n_games, settings.power)
-    n_int = pw.n_for_profile_difference(band["dev"], settings.delta, n_games, settings.alpha, settings.power)
-    detail = {"equivalence_if_same_shape": n_eq, "profile_difference_of_delta": n_int, "power": settings.power,
-              "delta": settings.delta,
-              "alternatives": (f"identical shapes shown within +-{100 * settings.delta:g} pp by the "
-                               f"{BAND_LEVEL:.0%} band; one checkpoint {100 * settings.delta:g} pp off the other run "
-                               f"detected at alpha {settings.alpha:g}")}
+def games_to_decide(noise: st.Noise | None, settings: CompareSettings) -> tuple[int | None, dict[str, Any] | None, str]:
+    """Games per stream (at the streams played) and streams (at the games played) that would decide under the
+    verdict's rule, for the pre-specified alternatives: identical shapes shown within +-delta by the pointwise
+    band, and one checkpoint delta off detected by the interaction test, each with the stated power. Stream noise
+    does not shrink with games; where it alone prevents a decision, only streams are offered."""
+    d = f"{100 * settings.delta:g} pp"
+    if noise is None:
+        return None, None, ("One stream per arm cannot decide a shape however many games it plays: play >= 2 streams "
+                            "per arm (`twinrun design` sizes them from a pilot's intra-stream correlation).")
+    res = st.to_decide(noise, settings.delta, settings.alpha, settings.power, BAND_LEVEL, seed=settings.seed)
+    res.update({"power": settings.power, "delta": settings.delta,
+                "alternatives": (f"identical shapes shown within +-{d} by the pointwise {BAND_LEVEL:.0%} intervals; "
+                                 f"one checkpoint {d} off the other run detected at alpha {settings.alpha:g}")})
     pct = f"{settings.power:.0%}"
-    if n_eq is None or n_int is None:
-        return None, detail, ("No sample size up to 1000x the games would decide at "
-                              f"{pct} power for a +-{100 * settings.delta:g} pp margin.")
-    n = max(n_eq, n_int)
-    return n, detail, (f"About {n} games per arm would decide with {pct} power ({n_eq} to show identical shapes within "
-                       f"+-{100 * settings.delta:g} pp, {n_int} to detect a {100 * settings.delta:g} pp profile "
-                       f"difference); agreement also needs r above {settings.rho0:g}, which more games bring only to "
-                       "curves that have a shape beyond noise.")
+    r, m = res["at_streams"], res["at_games"]
+    if res["games_per_stream"] is not None:
+        games = f"about {res['games_per_stream']} games per stream at {r} stream(s) per arm"
+    else:
+        games = f"no number of games at {r} stream(s) per arm (stream noise does not shrink with games)"
+    streams = (f"{res['streams']} streams of {m} games" if res["streams"] is not None
+               else f"more than 256 streams of {m} games")
+    return res["games_per_stream"], res, (f"To decide with {pct} power (identical shapes within +-{d}, or a {d} "
+                                          f"profile difference): {games}, or {streams}; agreement also needs r above "
+                                          f"{settings.rho0:g}, which only curves with a shape beyond noise reach.")

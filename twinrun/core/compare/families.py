@@ -4,7 +4,7 @@
 - ``all``: every checkpoint arm of the comparison in one family (the earlier reproduction's honest statement:
   Bonferroni over all 50 arms);
 - ``custom``: named families by glob on arm names (``--family-of NAME=GLOB``); every checkpoint arm must match one.
-Replicate arms and baselines measure noise and are no hypotheses: they belong to no family.
+The hypotheses are (run, checkpoint) cells, whatever their number of streams; baselines belong to no family.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from twinrun.core.compare.model import ArmInfo, CompareError, CompareSettings
 def assign(arms: list[ArmInfo], settings: CompareSettings) -> list[str | None]:
     out: list[str | None] = []
     for a in arms:
-        if a.role != "checkpoint" or a.replicate != 0:
+        if a.role != "checkpoint":
             out.append(None)
         elif settings.family == "all":
             out.append("all")

@@ -3,7 +3,8 @@ judged against the variation between seeds of one framework.
 
 With >= 2 seeds in each of two frameworks, the framework x checkpoint mean square of the runs' centred lift
 curves is tested against the seed(framework) x checkpoint mean square (split-plot F, seeds random: the seed
-pairs' differences are the reference), and the framework mean curves get the pair verdict's other checks from a
+pairs' differences are the reference; degrees of freedom corrected for non-sphericity, Greenhouse-Geisser /
+Huynh-Feldt), and the framework mean curves get the pair verdict's other checks from a
 parametric resampling of that seed variation (the variance drawn from its scaled inverse chi-square, so a few
 seeds give wide intervals). With one run per framework, framework and seed are confounded and the output says so.
 """
@@ -117,9 +118,13 @@ def _framework_pair(fa: str, ca: list[Curve], fb: str, cb: list[Curve], pairs: l
     pr_ci = cs.percentile_ci(cs.row_pearson(da, db), settings.level)
     dr = float(cs.row_pearson(shape.detrend(x, la), shape.detrend(x, lb)))
     dr_ci = cs.percentile_ci(cs.row_pearson(shape.detrend(x, da), shape.detrend(x, db)), settings.level)
-    band = shape.centred_difference_band(la, da, lb, db, BAND_LEVEL)
+    # pointwise intervals of the centred difference: each framework mean's checkpoint has variance seed_sd^2 / n
+    from twinrun.core.compare import streams as st
+
+    cov = np.diag(np.concatenate([np.full(k, anova["seed_sd"] ** 2 / len(ca)), np.full(k, anova["seed_sd"] ** 2 / len(cb))]))
+    band = st.pointwise_band(np.concatenate([la, lb]), cov, float(anova["df2"]), BAND_LEVEL)
     out.update({"pearson": pr, "pearson_ci": list(pr_ci), "pearson_detrended": dr, "pearson_detrended_ci": list(dr_ci),
-                "equivalence": {"level": BAND_LEVEL, "delta": settings.delta, "half_width_max": band["half_width_max"],
+                "equivalence": {"level": BAND_LEVEL, "kind": "pointwise (intersection-union TOST)", "delta": settings.delta, "half_width_max": band["half_width_max"],
                                 "within_delta": bool(band["half_width_max"] <= settings.delta)},
                 "interaction": {"method": "framework x checkpoint against seed(framework) x checkpoint, split-plot F",
                                 **anova}})

@@ -36,6 +36,9 @@ class CompareSettings:
     # run -> (framework, seed) overrides of what the sweep recorded (a seed of None: unknown)
     groups: tuple[tuple[str, str, int | None], ...] = ()
     across: str | None = None  # several sweeps that differ in this axis ("executor")
+    # the intra-stream correlation the user states (a pilot's value) for one-stream-per-arm inputs: every variance
+    # is inflated by DEFF = 1 + (m - 1) rho; None = not stated (one stream then decides no shape claim)
+    stream_icc: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -59,6 +62,9 @@ class CompareSettings:
             raise CompareError(f"rho0: {self.rho0} must be in (-1, 1) (fix: e.g. 0.5)")
         if not 0 < self.delta < 1:
             raise CompareError(f"delta: {self.delta} must be in (0, 1) in success-rate units (fix: 0.05 for 5 pp)")
+        if self.stream_icc is not None and not 0 <= self.stream_icc < 1:
+            raise CompareError(f"stream_icc: {self.stream_icc} must be in [0, 1) (fix: a pilot sweep's intra-stream "
+                               "correlation, e.g. 0.02)")
         if self.across is not None and self.across not in AXES:
             raise CompareError(f"across: {self.across!r} is not an axis compare knows (fix: one of {', '.join(AXES)})")
 

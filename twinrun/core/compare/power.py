@@ -1,5 +1,5 @@
-"""Power (pure): the minimum detectable lift of the exact tests at a family's level, and the games that would
-decide a shape verdict for a pre-specified alternative (never the observed noise taken as the truth)."""
+"""Power (pure): the minimum detectable lift of the exact tests at a family's level (one stream per arm, conditional
+on the stream). The games and streams that would decide a shape verdict are in :mod:`.streams`."""
 
 from __future__ import annotations
 
@@ -132,53 +132,3 @@ def mde_fisher_exact(n_arm: np.ndarray, n_base: int, p_base: float, alpha: np.nd
 
         out[idx] = _bisect_lift(power_at, np.full(idx.size, top), power)
     return out
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Games that would decide, for a pre-specified alternative (never the observed noise taken as truth)
-
-
-def n_for_equivalence(dev: np.ndarray, c: float, delta: float, n: int, power: float = 0.8,
-                      max_factor: float = 1000.0) -> int | None:
-    """Games at which two curves of the *same* shape would pass the equivalence band within +-delta with
-    `power`. dev[R, K] are bootstrap deviations D* - D of the centred difference at n games, c the band's
-    simultaneous quantile: under identical shapes at n' games the estimate is a draw of dev scaled by
-    s = sqrt(n / n'), and the band passes when max_k (|dev_k| + c sd_k) s <= delta. Returns n' (>= 1) or None.
-    """
-    if dev.shape[0] < 2 or not np.isfinite(c) or delta <= 0:
-        return None
-    sd = dev.std(axis=0, ddof=1)
-    m = np.max(np.abs(dev) + c * sd[None, :], axis=1)
-    q = float(np.quantile(m, power))
-    factor = (q / delta) ** 2
-    if not np.isfinite(factor) or factor > max_factor:
-        return None
-    return max(1, int(math.ceil(factor * n)))
-
-
-def n_for_profile_difference(dev: np.ndarray, delta: float, n: int, alpha: float = 0.05, power: float = 0.8,
-                             max_factor: float = 1000.0) -> int | None:
-    """Games at which a profile difference of `delta` (one checkpoint `delta` off the other run, relative to the
-    curves' means) would be detected with `power` by a chi-square test of the centred difference (df K - 1,
-    Wald on the bootstrap covariance of dev[R, K] at n games, the noncentrality averaged over which checkpoint
-    is off; it grows linearly with the games). Returns n' or None (beyond max_factor * n)."""
-    k = dev.shape[1]
-    if dev.shape[0] < k + 1 or k < 2 or delta <= 0:
-        return None
-    cov = np.cov(dev, rowvar=False)
-    pinv = np.linalg.pinv(cov, rcond=1e-10)
-    v = np.eye(k) - 1.0 / k  # rows: checkpoint j off by one unit, centred
-    lam1 = float(np.mean(np.einsum("jk,kl,jl->j", v, pinv, v))) * delta**2  # noncentrality at n games
-    df = k - 1
-    crit = stats.chi2.ppf(1 - alpha, df)
-
-    def pw(f: float) -> float:
-        return float(stats.ncx2.sf(crit, df, lam1 * f))
-
-    if pw(max_factor) < power:
-        return None
-    lo, hi = 1e-3, max_factor
-    for _ in range(80):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if pw(mid) >= power else (mid, hi)
-    return max(1, int(math.ceil(hi * n)))

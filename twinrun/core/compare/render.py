@@ -10,14 +10,15 @@ import numpy as np
 
 from twinrun.core.compare.model import CompareSettings
 
-COMPARE_SCHEMA_VERSION = 2
+COMPARE_SCHEMA_VERSION = 3
 
 
 def settings_dict(s: CompareSettings) -> dict[str, Any]:
     return {"alpha": s.alpha, "power": s.power, "level": s.level, "n_boot": s.n_boot, "seed": s.seed,
             "max_unmeasured_share": s.max_unmeasured_share, "family": s.family,
             "family_map": [list(x) for x in s.family_map], "rho0": s.rho0, "delta": s.delta,
-            "groups": [{"run": r, "framework": f, "seed": sd} for r, f, sd in s.groups], "across": s.across}
+            "groups": [{"run": r, "framework": f, "seed": sd} for r, f, sd in s.groups], "across": s.across,
+            "stream_icc": s.stream_icc}
 
 
 def clean(obj: Any) -> Any:

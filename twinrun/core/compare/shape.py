@@ -1,5 +1,5 @@
-"""Statistics of curve shapes (pure; arrays in, numbers out): shape noise and reliability, detrending, the
-equivalence band of two centred curves, final vs peak without the winner's curse, and seeds' profiles."""
+"""Statistics of curve shapes (pure; arrays in, numbers out): shape noise and reliability, detrending, final vs
+peak without the winner's curse, and seeds' profiles with their sphericity correction."""
 
 from __future__ import annotations
 
@@ -42,29 +42,6 @@ def detrend(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     xc = x - x.mean()
     slope = linear_slope(x, y)
     return y - np.mean(y, axis=-1, keepdims=True) - np.asarray(slope)[..., None] * xc
-
-
-def centred_difference_band(la: np.ndarray, ba: np.ndarray, lb: np.ndarray, bb: np.ndarray,
-                            level: float = 0.90) -> dict[str, Any]:
-    """Simultaneous bootstrap band of the difference of two centred curves.
-
-    la, lb[K] observed lifts; ba, bb[R, K] resampled with the same game draws (paired). D_k = (la_k - mean la) -
-    (lb_k - mean lb): the level is removed, the ups and downs are compared. The band is D +- c sd, sd the
-    bootstrap standard deviation of each D_k and c the `level` quantile of max_k |D*_k - D_k| / sd_k (a
-    max-t band: it covers the whole difference curve at once). Returns {"diff", "lo", "hi", "sd", "c",
-    "half_width_max" (max_k of max(|lo|, |hi|)), "dev"[R, K] (D* - D, for the sample-size calculation)}.
-    """
-    d = (la - la.mean()) - (lb - lb.mean())
-    dstar = (ba - ba.mean(axis=1, keepdims=True)) - (bb - bb.mean(axis=1, keepdims=True))
-    dev = dstar - d[None, :]
-    dev = dev[~np.isnan(dev).any(axis=1)]
-    sd = dev.std(axis=0, ddof=1) if dev.shape[0] > 1 else np.full(d.shape, np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.abs(dev) / np.where(sd > 0, sd, np.inf)
-    c = float(np.quantile(t.max(axis=1), level)) if dev.shape[0] else float("nan")
-    lo, hi = d - c * sd, d + c * sd
-    return {"diff": d, "lo": lo, "hi": hi, "sd": sd, "c": c,
-            "half_width_max": float(np.max(np.maximum(np.abs(lo), np.abs(hi)))), "dev": dev}
 
 
 def crossfit_final_vs_peak(diff: np.ndarray, mask: np.ndarray, weights: np.ndarray, fold: np.ndarray,
@@ -125,15 +102,46 @@ def reliability(lifts: np.ndarray, boot: np.ndarray) -> float:
     return float(min(1.0, max(0.0, 1.0 - noise / total)))
 
 
+def helmert(k: int) -> np.ndarray:
+    """C[K - 1, K]: orthonormal contrasts (rows orthogonal to the ones vector and to each other)."""
+    c = np.zeros((k - 1, k))
+    for i in range(1, k):
+        c[i - 1, :i] = 1.0
+        c[i - 1, i] = -float(i)
+        c[i - 1] /= math.sqrt(i * (i + 1))
+    return c
+
+
+def sphericity_epsilon(cov: np.ndarray, n_subjects: int, n_groups: int) -> dict[str, float]:
+    """Greenhouse-Geisser and Huynh-Feldt epsilons of a repeated-measures factor with K levels.
+
+    cov[K, K]: the pooled within-group covariance of the subjects' K measures. With S = C cov C' (C orthonormal
+    contrasts): GG = tr(S)^2 / ((K - 1) tr(S^2)) (Box 1954; 1 under sphericity, 1 / (K - 1) at worst);
+    HF = (N (K - 1) GG - 2) / ((K - 1) (N - g - (K - 1) GG)) (Huynh & Feldt 1976, with Lecoutre's 1991 N - g + 1
+    correction for groups: numerator (N - g + 1)(K - 1) GG - 2), clipped to [GG, 1]."""
+    k = cov.shape[0]
+    c = helmert(k)
+    s = c @ cov @ c.T
+    tr, tr2 = float(np.trace(s)), float(np.trace(s @ s))
+    gg = tr**2 / ((k - 1) * tr2) if tr2 > 0 else 1.0
+    gg = min(max(gg, 1.0 / (k - 1)), 1.0)
+    den = (k - 1) * (n_subjects - n_groups - (k - 1) * gg)
+    hf = ((n_subjects - n_groups + 1) * (k - 1) * gg - 2) / den if den > 0 else 1.0
+    return {"greenhouse_geisser": gg, "huynh_feldt": float(min(max(hf, gg), 1.0))}
+
+
 def profile_anova(curves: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """Do the frameworks' checkpoint profiles differ by more than their seeds' profiles do?
 
     curves: framework -> lifts[n_seeds, K] (runs of that framework, shared checkpoints). Each run's curve is
     centred (its level removed: a profile); the framework x checkpoint mean square is tested against the
     seed(framework) x checkpoint mean square, the error term of a split-plot analysis with seeds random:
-    F = [SS_B / ((F - 1)(K - 1))] / [SS_W / ((N - F)(K - 1))]. Needs >= 2 frameworks, >= 2 seeds in one.
-    Returns {"statistic", "df1", "df2", "p_value", "seed_sd"} (seed_sd: the within-framework sd of a centred
-    lift, sampling noise included) or None.
+    F = [SS_B / ((F - 1)(K - 1))] / [SS_W / ((N - F)(K - 1))]. Seeds' curves that drift make the checkpoints'
+    covariance non-spherical, and the F's degrees of freedom are then too many: both are multiplied by the
+    Greenhouse-Geisser epsilon (Huynh-Feldt's where GG > 0.75, the usual rule). Needs >= 2 frameworks, >= 2 seeds
+    in one. Returns {"statistic", "df1", "df2" (uncorrected), "epsilon", "epsilon_method", "p_value" (corrected),
+    "p_uncorrected", "seed_sd"} (seed_sd: the within-framework sd of a centred lift, sampling noise included) or
+    None.
     """
     names = sorted(curves)
     if len(names) < 2:
@@ -152,5 +160,11 @@ def profile_anova(curves: dict[str, np.ndarray]) -> dict[str, Any] | None:
     if ss_w <= 0:
         return None
     f_stat = (ss_b / df1) / (ss_w / df2)
-    return {"statistic": f_stat, "df1": df1, "df2": df2, "p_value": float(stats.f.sf(f_stat, df1, df2)),
-            "seed_sd": math.sqrt(ss_w / df2)}
+    resid = np.vstack([curves[f] - curves[f].mean(axis=0) for f in names])
+    cov = resid.T @ resid / (n_runs - len(names))
+    eps = sphericity_epsilon(cov, n_runs, len(names))
+    use = "huynh_feldt" if eps["greenhouse_geisser"] > 0.75 else "greenhouse_geisser"
+    e = eps[use]
+    return {"statistic": f_stat, "df1": df1, "df2": df2, "epsilon": e, "epsilon_method": use.replace("_", "-"),
+            "epsilons": eps, "p_value": float(stats.f.sf(f_stat, df1 * e, df2 * e)),
+            "p_uncorrected": float(stats.f.sf(f_stat, df1, df2)), "seed_sd": math.sqrt(ss_w / df2)}

@@ -100,6 +100,14 @@ def mcnemar_exact(b: int, c: int) -> float:
     return float(stats.binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
 
 
+def mcnemar_exact_many(b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """:func:`mcnemar_exact` for arrays b[A], c[A] at once: min(1, 2 P(Bin(b + c, 1/2) <= min(b, c))) (the two-sided
+    exact test at p = 1/2 is symmetric; tested equal to the scalar form)."""
+    b = np.asarray(b, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    return np.where(b + c == 0, 1.0, np.minimum(1.0, 2.0 * stats.binom.cdf(np.minimum(b, c), b + c, 0.5)))
+
+
 def holm(pvalues: np.ndarray) -> np.ndarray:
     """Holm's step-down adjusted p-values: p[m] -> min(1, max_{j <= i} (m - j + 1) p_(j)) in sorted order.
     (statsmodels' multipletests gives the same numbers but forces a garbage collection on every Holm call, which

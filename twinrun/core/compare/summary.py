@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from twinrun.core.compare import clogit, families, frameworks, shape
+from twinrun.core.compare import families, frameworks, shape
 from twinrun.core.compare import power as pw
 from twinrun.core.compare import stats as cs
-from twinrun.core.compare.curves import Curve, pair_core, run_curves, shared_steps
+from twinrun.core.compare import streams as st
+from twinrun.core.compare.curves import Curve, PairNoise, finish_pairs, pair_core, run_curves, shared_steps
 from twinrun.core.compare.games import Analysis, split_baseline
 from twinrun.core.compare.model import ArmInfo, CompareSettings, SummaryTable
 from twinrun.core.compare.render import COMPARE_SCHEMA_VERSION, clean, settings_dict
@@ -20,11 +21,12 @@ SUMMARY_SKIPPED_ALWAYS = [
     "paired bootstrap over games: needs per-game outcomes (replaced by a parametric binomial bootstrap that treats "
     "arms as independent; conservative for lifts, pairing is unknown)",
     "Cochran's Q across checkpoints: needs per-game outcomes",
-    "interaction test with game effects: needs per-game outcomes (replaced by a binomial logit on counts, "
-    "run x checkpoint vs run + checkpoint, without game effects)",
+    "interaction test with the games' pairing: needs per-game outcomes (replaced by a Wald test of the centred "
+    "difference on the success-rate scale with binomial variances, arms independent)",
     "cross-fitted final vs peak: needs per-game outcomes to split the games (replaced by comparisons of the final "
     "checkpoint with every other, simultaneous max-t on the parametric bootstrap)",
-    "test-retest ceiling: summaries carry no replicate arms",
+    "test-retest ceiling: summaries carry no replicate streams",
+    "between-stream variance: a summary is one stream per arm (shape claims need a stated --stream-icc)",
     "unmeasured counts and the unmeasured flag: summaries give measured n only",
 ]
 
@@ -59,10 +61,23 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
     tests: list[str] = []
     ci_methods: list[str] = []
     mde_methods: list[str] = []
+    stated = settings.stream_icc
+    # a stated ICC: each arm's stream adds rho / (1 - rho) p (1 - p) to its rate's variance (no games to remove
+    # game difficulty with, so a little conservative); the baseline has no memory
+    su2 = st.stated_stream_variance(stated, pa * (1 - pa)) if stated is not None else np.zeros(len(arms))
     for j, a in enumerate(arms):
-        if a.b is not None and a.c is not None:
+        if stated is not None:
+            var_g = (max(((a.b + a.c) / n[j] - lift[j] ** 2) / n[j], 0.0) if a.b is not None and a.c is not None
+                     else pa[j] * (1 - pa[j]) / n[j] + p0 * (1 - p0) / base.n)
+            var = var_g + su2[j]
+            pvals[j] = float(2 * stats.norm.sf(abs(lift[j]) / math.sqrt(var))) if var > 0 else 1.0
+            tests.append(f"z on the lift with the stated stream variance (ICC {stated:g})")
+            ci_methods.append("Wald plus the stated stream variance")
+            mde[j] = (stats.norm.ppf(1 - alpha_arm[j] / 2) + stats.norm.ppf(settings.power)) * math.sqrt(var)
+            mde_methods.append("normal power at the family's per-arm level, the stated stream variance included")
+        elif a.b is not None and a.c is not None:
             pvals[j] = cs.mcnemar_exact(a.b, a.c)
-            tests.append("exact McNemar (binomial on b, c)")
+            tests.append("exact McNemar (binomial on b, c), conditional on the stream")
             var = max(((a.b + a.c) / n[j] - lift[j] ** 2) / n[j], 0.0)
             ci_methods.append("paired Wald from b, c")
             mde[j] = pw.mde_mcnemar_exact(np.array([a.n]), np.array([(a.b + a.c) / n[j]]), alpha_arm[j], settings.power)[0]
@@ -70,7 +85,7 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
         else:
             pvals[j] = float(stats.fisher_exact([[a.successes, a.n - a.successes],
                                                  [base.successes, base.n - base.successes]])[1])
-            tests.append("Fisher exact (unpaired: no b, c given; conservative)")
+            tests.append("Fisher exact (unpaired: no b, c given; conservative), conditional on the stream")
             var = pa[j] * (1 - pa[j]) / n[j] + p0 * (1 - p0) / base.n
             ci_methods.append("unpaired Wald")
             mde[j] = pw.mde_fisher_exact(np.array([a.n]), base.n, p0, alpha_arm[j], settings.power)[0]
@@ -84,7 +99,8 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
     boot_a = rng.binomial(n.astype(np.int64)[None, :], pa[None, :], size=(settings.n_boot, len(arms))) / n[None, :]
     boot_0 = rng.binomial(base.n, p0, size=settings.n_boot) / base.n
     # centred on the reported lift (paired (b - c) / n where given) so resampled deviations are pure noise
-    boot_lift = boot_a - boot_0[:, None] - (pa - p0)[None, :] + lift[None, :]
+    boot_game = boot_a - boot_0[:, None] - (pa - p0)[None, :] + lift[None, :]
+    boot_lift = boot_game + rng.normal(size=boot_game.shape) * np.sqrt(su2)[None, :]
 
     def final_vs_peak(jj: np.ndarray) -> dict[str, Any]:
         res = shape.best_vs_final(lift[jj], boot_lift[:, jj], settings.level)
@@ -93,17 +109,19 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
                 "estimate": None, "best_minus_final_lower": res["best_minus_final_lower"],
                 "p_value": res["p_value"], "below_peak": res["below"]}
 
-    runs, curves = run_curves(arms, lift, boot_lift, settings, rng, ya=None, adj_holm=adj["holm"],
-                              final_vs_peak=final_vs_peak)
-    for entry in runs.values():
-        entry["cochran_q"] = None
+    def per_run(jj: np.ndarray) -> dict[str, Any]:
+        return {"cochran_q": None, "final_vs_peak": final_vs_peak(jj)} if len(jj) >= 2 else {"cochran_q": None}
+
+    runs, curves = run_curves(arms, lift, boot_lift, settings, rng, adj_holm=adj["holm"], per_run=per_run)
     confounded = frameworks.is_confounded(curves)
-    pairs = []
-    for ra, rb in combinations(sorted(curves), 2):
+    combos = list(combinations(sorted(curves), 2))
+    items = []
+    for ra, rb in combos:
         ca, cb = curves[ra], curves[rb]
-        inter = _summary_interaction(arms, ca, cb, settings)
-        pairs.append(pair_core(ca, cb, int(np.median(n)), settings, inter, "parametric binomial, arms independent",
-                               confounded=confounded and ca.framework != cb.framework))
+        items.append(pair_core(ca, cb, int(np.median(n)), settings, _summary_noise(ca, cb, boot_game, su2, n, settings),
+                               "parametric binomial, arms independent",
+                               confounded=confounded and ca.framework != cb.framework, n_pairs=len(combos)))
+    pairs = finish_pairs(items, settings)
 
     skipped = list(SUMMARY_SKIPPED_ALWAYS)
     no_bc = [a.name for a in arms if a.b is None]
@@ -127,6 +145,12 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
         "schema_version": COMPARE_SCHEMA_VERSION, "kind": "comparison", "source": "summary",
         "summary_file": table.source, "sweep_id": None, "games_hash": None, "executor": table.executor,
         "n_games": base.n, "settings": settings_dict(settings),
+        "streams": {"mode": "one stream", "streams_per_cell": {"min": 1, "max": 1}, "baseline_streams": 1,
+                    "games_per_stream": float(np.mean(n)), "icc": None, "stated_icc": stated,
+                    "stated_deff": st.deff(stated, float(np.mean(n))) if stated is not None else None,
+                    "note": ("published summaries: one stream per arm; per-arm p-values are conditional on the stream "
+                             "and no shape claim is made (state a pilot's --stream-icc)" if stated is None else
+                             f"published summaries with a stated intra-stream correlation {stated:g}")},
         "baseline": {"arm": baseline, "n_measured": base.n, "n_unmeasured": None, "n_missing": None,
                      "success_rate": p0, "ci": [p0 - z * math.sqrt(p0 * (1 - p0) / base.n),
                                                 p0 + z * math.sqrt(p0 * (1 - p0) / base.n)]},
@@ -137,12 +161,20 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
     return Analysis(clean(result), arms, lift, boot_lift, None)
 
 
-def _summary_interaction(arms: list[ArmInfo], ca: Curve, cb: Curve, settings: CompareSettings) -> dict[str, Any]:
-    """Binomial logit on counts: successes ~ run x checkpoint vs run + checkpoint (LR, df K - 1), no game effects."""
+def _summary_noise(ca: Curve, cb: Curve, boot_game: np.ndarray, su2: np.ndarray, n: np.ndarray,
+                   settings: CompareSettings) -> PairNoise | None:
+    """The pair's covariance: the parametric binomial draws' (arms independent) plus the stated stream variance."""
     common, ia, ib = shared_steps(ca, cb)
     k = len(common)
-    js = list(ca.arm_idx[ia]) + list(cb.arm_idx[ib])
-    succ = np.array([arms[j].successes for j in js], dtype=float)
-    tot = np.array([arms[j].n for j in js], dtype=float)
-    return clogit.interaction_test_counts(succ, tot, np.repeat([0, 1], k), np.tile(np.arange(k), 2),
-                                          alpha=settings.alpha, level=settings.level)
+    if k < 2:
+        return None
+    js = np.concatenate([ca.arm_idx[ia], cb.arm_idx[ib]])
+    game = np.cov(boot_game[:, js], rowvar=False)
+    stream = np.diag(su2[js])
+    m = float(np.mean(n[js]))
+    noise = st.Noise(game, stream, m, 1.0, None) if settings.stream_icc is not None else None
+    return PairNoise(game + stream, None, noise, "Wald test of the centred difference on the success-rate scale, "
+                     "binomial variances (arms independent)" + (" plus the stated stream variance"
+                                                               if settings.stream_icc is not None else
+                                                               " (conditional on the streams)"),
+                     1, settings.stream_icc)

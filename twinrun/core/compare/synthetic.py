@@ -12,14 +12,21 @@ from twinrun.core.compare.model import ArmInfo, CompareError, GameTable, Summary
 
 def synthetic_game_table(shapes: dict[str, Sequence[float]], *, n_games: int = 140, steps: Sequence[int] | None = None,
                          base_logit: float = 0.0, game_sd: float = 1.5, seed: int = 0,
-                         unmeasured_share: float = 0.0, replicates: Sequence[str] = (),
+                         unmeasured_share: float = 0.0, streams: int = 1, stream_sd: float = 0.0,
+                         first_writes: int = 0, baseline_streams: int | None = None, drift_sd: float = 0.0,
                          baseline: str = "baseline") -> GameTable:
-    """A sweep with known truth. Outcome of game g in an arm of run r at checkpoint k is
-    Bernoulli(sigmoid(base_logit + d_g + shapes[r][k])), with game difficulty d_g ~ N(0, game_sd) shared by all
-    arms (that is what makes pairing matter). The baseline arm has shape 0. `replicates` names runs whose every
-    checkpoint is played again (replicate 1); "baseline" there adds a baseline replicate. A share of rows is made
-    unmeasured at random.
+    """A sweep with known truth, with the structure of a real one: R = `streams` streams per arm, all on the same
+    games. The outcome of game g in stream s of run r at checkpoint k is
+    Bernoulli(sigmoid(base_logit + d_g + shapes[r][k] + w_r[k] + u_{r,k,s} [g after the first writes])):
+    game difficulty d_g ~ N(0, game_sd) shared by all arms (that is what makes pairing matter); a stream effect
+    u ~ N(0, stream_sd) on the logit (the skills a stream writes first lift or sink its later games), applied from
+    the stream's `first_writes`-th game on in its own random order (0: every game); a drift w_r, a random walk over
+    the checkpoints with steps N(0, drift_sd), of the run's own (a seed's drifting curve). The baseline has no skill
+    memory: `baseline_streams` (default `streams`) streams of shape 0 without a stream effect. Stream s of an arm
+    is replicate s, named ``ARM#r{s}`` for s >= 1. A share of rows is made unmeasured at random.
     """
+    if streams < 1:
+        raise CompareError(f"streams: {streams} (fix: 1 or more)")
     rng = np.random.default_rng(seed)
     d = rng.normal(0.0, game_sd, n_games)
     k = len(next(iter(shapes.values()))) if shapes else 0
@@ -27,28 +34,34 @@ def synthetic_game_table(shapes: dict[str, Sequence[float]], *, n_games: int = 1
     arms: list[ArmInfo] = []
     rows: list[np.ndarray] = []
 
-    def play(shift: float) -> np.ndarray:
-        p = 1.0 / (1.0 + np.exp(-(base_logit + d + shift)))
+    def play(shift: float, effect: float) -> np.ndarray:
+        after = np.ones(n_games, dtype=bool)
+        if first_writes > 0:
+            after[rng.permutation(n_games)[:first_writes]] = False
+        p = 1.0 / (1.0 + np.exp(-(base_logit + d + shift + effect * after)))
         y = (rng.random(n_games) < p).astype(np.float64)
         y[rng.random(n_games) < unmeasured_share] = np.nan
         return y
 
-    def add(info: ArmInfo, shift: float) -> None:
-        y = play(shift)
+    def add(info: ArmInfo, shift: float, effect: float) -> None:
+        y = play(shift, effect)
         info.n_unmeasured = int(np.isnan(y).sum())
         arms.append(info)
         rows.append(y)
 
-    add(ArmInfo(baseline, None, None, 0, "baseline"), 0.0)
-    if baseline in replicates:
-        add(ArmInfo(f"{baseline}#r1", None, None, 1, "baseline"), 0.0)
+    def suffix(s: int) -> str:
+        return f"#r{s}" if s else ""
+
+    for s in range(streams if baseline_streams is None else baseline_streams):
+        add(ArmInfo(f"{baseline}{suffix(s)}", None, None, s, "baseline"), 0.0, 0.0)
     for run, shape in shapes.items():
         if len(shape) != len(steps):
             raise CompareError(f"shapes[{run!r}]: {len(shape)} values for {len(steps)} steps (fix: one per step)")
-        for step, s in zip(steps, shape):
-            add(ArmInfo(f"{run}@{step}", run, int(step), 0), float(s))
-            if run in replicates:
-                add(ArmInfo(f"{run}@{step}#r1", run, int(step), 1), float(s))
+        drift = np.cumsum(rng.normal(0.0, drift_sd, len(steps))) if drift_sd > 0 else np.zeros(len(steps))
+        for step, v, w in zip(steps, shape, drift):
+            for s in range(streams):
+                add(ArmInfo(f"{run}@{step}{suffix(s)}", run, int(step), s), float(v + w),
+                    float(rng.normal(0.0, stream_sd)) if stream_sd > 0 else 0.0)
     ids = [f"game-{i:04d}" for i in range(n_games)]
     return GameTable(arms, np.vstack(rows), ids, sweep_id=f"synthetic-{seed}", games_hash=f"synthetic-{n_games}")
 
@@ -66,22 +79,26 @@ PLANTED: dict[str, tuple[tuple[float, ...], tuple[float, ...], str]] = {
     "same-shape": (SHAPE, SHAPE, "agree (with the games to show it; no evidence below that)"),
     "opposite": (SHAPE, tuple(-s for s in SHAPE), "differ"),
     "flat": ((0.0,) * 8, (0.0,) * 8, "no evidence"),
-    "amplitude-0.3": (SHAPE, tuple(0.3 * s for s in SHAPE), "no evidence or agree"),
+    "amplitude-0.3": (SHAPE, tuple(0.3 * s for s in SHAPE), "not agree (an amplitude other than 1 is a profile difference)"),
     "shared-trend-opposite-wiggles": (tuple(t + w for t, w in zip(_TREND, _WIGGLE)),
                                       tuple(t - w for t, w in zip(_TREND, _WIGGLE)), "not agree"),
     "final-collapse": (_RISE, _RISE[:-1] + (-0.9,), "not agree"),
     "level-offset": (SHAPE, tuple(s + 0.5 for s in SHAPE), "agree (with the games to show it; no evidence below that)"),
+    "shaped-vs-flat": (SHAPE, (0.0,) * 8, "differ (a flat curve is not one amplitude of a shaped one)"),
 }
 
 
 def planted_table(case: str, *, n_games: int = 140, seed: int = 0, game_sd: float = 1.5,
-                  frameworks: tuple[str, str] | None = None) -> GameTable:
-    """A synthetic sweep of one planted case (see PLANTED): runs "a" and "b", 8 checkpoints, a baseline.
+                  frameworks: tuple[str, str] | None = None, streams: int = 1, stream_sd: float = 0.0,
+                  first_writes: int = 0) -> GameTable:
+    """A synthetic sweep of one planted case (see PLANTED): runs "a" and "b", 8 checkpoints, a baseline, each
+    played as `streams` streams with a stream effect of sd `stream_sd` on the logit (synthetic_game_table).
     `frameworks` labels the two runs' framework (seed = the draw's seed) as a sweep would record them."""
     if case not in PLANTED:
         raise CompareError(f"case: {case!r} is not a planted case (fix: one of {', '.join(PLANTED)})")
     a, b, _ = PLANTED[case]
-    table = synthetic_game_table({"a": a, "b": b}, n_games=n_games, seed=seed, game_sd=game_sd)
+    table = synthetic_game_table({"a": a, "b": b}, n_games=n_games, seed=seed, game_sd=game_sd, streams=streams,
+                                 stream_sd=stream_sd, first_writes=first_writes)
     if frameworks:
         for arm in table.arms:
             if arm.run is not None:
