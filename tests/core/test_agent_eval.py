@@ -292,12 +292,12 @@ def test_run_with_and_without_skill_resumes_and_feeds_compare(sciworld, tmp_path
     again = run_agent_eval(env, games, arms, settings, tmp_path)
     assert len(list(read_jsonl(tmp_path / "episodes.jsonl"))) == 6
     assert again["arms"] == summary["arms"]
-    # engineer D's compare reads the with/without family as sweep arms (replicates = later passes)
+    # engineer D's compare reads the with/without family as sweep arms (later passes = streams of the same arm)
     result = compare([tmp_path / "compare" / "gold"], baseline="gold", settings=CompareSettings(n_boot=200))
-    names = {a["arm"] for a in result["arms"]}
-    assert {"gold+skills", "gold+skills#r1", "gold#r1"} <= names
+    assert "gold+skills" in {a["arm"] for a in result["arms"]} and result["baseline"]["streams"] == 2
+    assert {"gold+skills", "gold+skills#r1"} <= {a["arm"] for a in result["stream_arms"]}
     fam = [a for a in result["arms"] if a["arm"] == "gold+skills"][0]
-    assert fam["family"] == "run:with-skill:gold" and fam["n_pairs"] == 1
+    assert fam["family"] == "run:with-skill:gold" and fam["streams"] == 2 and fam["n_pairs"] == 2
 
 
 @pytest.mark.sciworld

@@ -89,13 +89,13 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
     p_cond = cs.mcnemar_exact_many(b_arm, c_arm)
 
     # cells: (run, checkpoint) -> its stream arms (by stream id)
-    cell_of: dict[tuple[str, int], list[int]] = {}
+    cell_of: dict[tuple[str, int | None], list[int]] = {}
     for j, a in enumerate(arms):
-        if a.role == "checkpoint" and a.run is not None and a.checkpoint is not None:
-            cell_of.setdefault((a.run, int(a.checkpoint)), []).append(j)
-    keys = sorted(cell_of)
+        if a.role == "checkpoint" and a.run is not None:
+            cell_of.setdefault((a.run, None if a.checkpoint is None else int(a.checkpoint)), []).append(j)
+    keys = sorted(cell_of, key=lambda k: (k[0], k[1] is None, k[1] or 0))
     cells = [sorted(cell_of[k], key=lambda j: arms[j].replicate) for k in keys]
-    reps = [arms[c[0]] for c in cells]
+    reps = [_named(arms[c[0]]) for c in cells]  # a cell under its own name (no stream suffix)
     n_str = np.array([int(np.isfinite(lift_arm[c]).sum()) for c in cells], dtype=np.int64)
     stream_mode = bool(n_str.size and n_str.max() >= 2)
     stated = settings.stream_icc
@@ -176,13 +176,14 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
             flags.append(f"{a.name}: {a.n_missing} of {n_games} games not played (sweep incomplete; rerun to resume)")
 
     stream_rows = []
+    clo, chi = cs.percentile_ci(boot_arm, settings.level)
     for j, a in enumerate(arms):
         measured = int((~np.isnan(ya[j])).sum())
         stream_rows.append({
             "arm": a.name, "run": a.run, "checkpoint": a.checkpoint, "stream": a.replicate, "role": a.role,
             "n_measured": measured, "n_unmeasured": a.n_unmeasured, "n_missing": a.n_missing,
             "success_rate": float(np.nanmean(ya[j])) if measured else None, "lift": lift_arm[j],
-            "lift_ci_conditional": list(cs.percentile_ci(boot_arm[:, j], settings.level)),
+            "lift_ci_conditional": [clo[j], chi[j]],
             "b": int(b_arm[j]), "c": int(c_arm[j]), "p_conditional": p_cond[j],
             "flagged": any(f.startswith(a.name + ":") for f in flags),
         })
@@ -194,7 +195,7 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
         missing = sum(arms[j].n_missing for j in js)
         one = len(js) == 1
         arm_rows.append({
-            "arm": a.name.split("#r")[0], "run": a.run, "checkpoint": a.checkpoint, "streams": len(js),
+            "arm": a.name, "run": a.run, "checkpoint": a.checkpoint, "streams": len(js),
             "stream_arms": [arms[j].name for j in js], "role": a.role,
             "framework": a.framework, "seed": a.seed, "checkpoint_hash": a.checkpoint_hash,
             "family": fams[i], "family_size": fam_size.get(fams[i]) if fams[i] else None,
@@ -288,7 +289,7 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
                      "n_unmeasured": sum(table.arms[i].n_unmeasured for i in base_rows),
                      "n_missing": min(table.arms[i].n_missing for i in base_rows), "success_rate": base_rate,
                      "ci": [blo, bhi]},
-        "families": families.summary([_named(a) for a in reps], fams, adj, settings),
+        "families": families.summary(reps, fams, adj, settings),
         "arms": arm_rows, "stream_arms": stream_rows, "runs": runs, "pairs": pairs,
         "frameworks": frameworks.analyse(curves, pairs, settings), "flags": flags, "skipped": [],
     }
@@ -296,7 +297,7 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
         result["skipped"].append("between-stream variance and the intra-stream correlation: one stream per arm "
                                  "(sweep --streams R plays replicate streams)")
     # stream-model draws are not game resamples: a transfer across sweeps must not pair them row by row
-    return Analysis(clean(result), [_named(a) for a in reps], lift, boot,
+    return Analysis(clean(result), reps, lift, boot,
                     table.games_hash if not stream_mode else None)
 
 
