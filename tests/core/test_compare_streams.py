@@ -64,6 +64,24 @@ def test_interaction_f_equals_statsmodels_two_way_anova() -> None:
     assert flat["statistic"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_one_stream_interaction_is_hotellings_test_of_the_centred_paired_differences() -> None:
+    """One stream per arm with games independent (--stream-icc 0): the interaction is Hotelling's T^2 of the per-game
+    centred differences (run a - run b at each checkpoint), computed here by hand."""
+    from twinrun.core.compare import CompareSettings, compare_games
+    from twinrun.core.compare.synthetic import planted_table
+
+    t = planted_table("amplitude-0.3", seed=5)
+    res = compare_games(t, "baseline", CompareSettings(n_boot=200, stream_icc=0.0))["pairs"][0]["interaction"]
+    z = t.outcomes[1:9] - t.outcomes[9:17]  # [K, G]: the baseline cancels
+    n, q = z.shape[1], 7
+    c = (np.eye(8) - 1 / 8)[:q]
+    d = c @ z.mean(axis=1)
+    t2 = float(d @ np.linalg.solve(c @ (np.cov(z) / n) @ c.T, d))
+    f = t2 * (n - q) / (q * (n - 1))
+    assert res["statistic"] == pytest.approx(f, rel=1e-9) and res["df2"] == n - q
+    assert res["p_value"] == pytest.approx(stats.f.sf(f, q, n - q), rel=1e-9)
+
+
 def test_pointwise_band_by_hand() -> None:
     a = np.array([0.1, 0.3, 0.2])
     b = np.array([0.15, 0.30, 0.35])

@@ -382,10 +382,11 @@ def test_verdict_rates_over_seeds_per_game(case: str) -> None:
 @pytest.mark.slow
 def test_same_shape_is_not_agree_at_140_games_and_says_how_many_would_decide() -> None:
     """At 140 games a +-5 pp equivalence margin is out of reach: same-shape curves come out "no evidence" (never
-    "differ") with the games that would decide."""
+    "agree" or "differ") with the games that would decide; the interaction, a 5% test, claims a profile difference
+    ("co-move": r is high) in about 1 of 20 (3 of these 20 draws; 6 of 100 over seeds 1000-1099, measured)."""
     counts = _rates("same-shape", 140, 20)
     print(f"\nsame-shape (140 games, 20 draws): {dict(counts)}")
-    assert counts[NO_EVIDENCE] >= 18 and counts[DIFFER] == 0
+    assert counts[AGREE] == 0 and counts[DIFFER] == 0 and counts[CO_MOVE] <= 3
 
 
 @pytest.mark.slow
@@ -418,7 +419,9 @@ def test_final_vs_peak_false_positives_on_flat_truth_stay_nominal() -> None:
 @pytest.mark.slow
 def test_profile_anova_is_calibrated_when_seeds_differ() -> None:
     """Frameworks with the same truth, 3 seeds each, seed-level profiles on top of sampling noise: the framework x
-    checkpoint F-test (seeds as the reference) rejects at about alpha."""
+    checkpoint F-test (seeds as the reference) rejects at most at alpha. (Its degrees of freedom carry the
+    Greenhouse-Geisser epsilon, estimated from 4 seed df for 8 checkpoints: conservative under sphericity, 0.6%
+    here, the price of staying at alpha when seed curves drift; uncorrected it was 4.5%.)"""
     from twinrun.core.compare import shape
 
     rng = np.random.default_rng(0)
@@ -427,7 +430,7 @@ def test_profile_anova_is_calibrated_when_seeds_differ() -> None:
     for _ in range(draws):
         curves = {f: truth + rng.normal(0, 0.04, (3, k)) + rng.normal(0, 0.02, (3, 1)) for f in ("trl", "verl")}
         hits += shape.profile_anova(curves)["p_value"] < 0.05
-    assert abs(hits / draws - 0.05) <= 2 * np.sqrt(0.05 * 0.95 / draws), hits / draws
+    assert hits / draws <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / draws), hits / draws
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -515,6 +518,27 @@ def test_shaped_against_flat_differs_at_3000_games() -> None:
         four = compare_games(planted_table("shaped-vs-flat", n_games=3000, seed=30_000 + d, streams=4), "baseline",
                              CompareSettings(n_boot=200))
         assert four["pairs"][0]["verdict"] == DIFFER, four["pairs"][0]["explanation"]
+
+
+@pytest.mark.slow
+def test_many_pairs_of_flat_runs_make_a_claim_at_about_alpha() -> None:
+    """Four runs (six pairs) of flat truth with stream effects: with the Holm correction over pairs, a comparison
+    claims "differ" or "co-move" for some pair at about alpha; uncorrected, one of six pairs' interaction p falls
+    under 0.05 far more often (the red check)."""
+    draws, st = 200, CompareSettings(n_boot=200)
+    flat = [0.0] * 6
+    claims = raw = 0
+    for d in range(draws):
+        table = synthetic_game_table({r: flat for r in "abcd"}, n_games=100, seed=40_000 + d, streams=4,
+                                     stream_sd=STREAM_SD, first_writes=FIRST_WRITES)
+        res = compare_games(table, "baseline", st)
+        assert len(res["pairs"]) == 6
+        claims += any(p["verdict"] in CLAIMS for p in res["pairs"])
+        raw += any(p["interaction"]["p_value"] < 0.05 for p in res["pairs"])
+    print(f"\n4 flat runs, 6 pairs, {draws} draws: some pair claimed {claims / draws:.3f}; some raw p < .05 "
+          f"{raw / draws:.3f}")
+    assert claims / draws <= 0.07
+    assert raw / draws > 0.12
 
 
 @pytest.mark.slow

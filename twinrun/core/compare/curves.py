@@ -139,6 +139,7 @@ class PairNoise:
     method: str
     streams: int
     stated_icc: float | None
+    hotelling_n: int | None = None  # the covariance was estimated from this many games (Hotelling's F)
 
 
 def pair_core(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, pn: PairNoise | None,
@@ -160,7 +161,7 @@ def pair_core(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, pn:
     else:
         means = np.concatenate([la, lb])
         out["interaction"] = {"method": pn.method, "scale": "success rate",
-                              **st.interaction_wald(means, pn.cov, pn.df)}
+                              **st.interaction_wald(means, pn.cov, pn.df, pn.hotelling_n)}
         if pn.streams < 2:
             out["interaction"]["conditional_on_streams"] = pn.stated_icc is None
     if len(common) < 3:
@@ -180,7 +181,8 @@ def pair_core(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, pn:
     da, db = shape.detrend(common, la), shape.detrend(common, lb)
     dr = float(cs.row_pearson(da, db))
     dr_ci = cs.percentile_ci(cs.row_pearson(shape.detrend(common, ba), shape.detrend(common, bb)), settings.level)
-    band = st.pointwise_band(np.concatenate([la, lb]), pn.cov, pn.df, BAND_LEVEL)
+    band_df = pn.df if pn.df is not None else (pn.hotelling_n - 1 if pn.hotelling_n else None)
+    band = st.pointwise_band(np.concatenate([la, lb]), pn.cov, band_df, BAND_LEVEL)
     out.update({
         "pearson": pr, "pearson_ci": list(pr_ci), "pearson_ci_family": list(fam_ci), "family_level": fam_level,
         "spearman": float(cs.row_spearman(la, lb)),

@@ -9,6 +9,7 @@ need a stated intra-stream correlation (``CompareSettings.stream_icc``). The bas
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -63,8 +64,8 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
     y = table.outcomes
     yb = y[base_rows]
     n_games = y.shape[1]
-    with np.errstate(invalid="ignore"), __import__("warnings").catch_warnings():
-        __import__("warnings").simplefilter("ignore", RuntimeWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a game no baseline stream measured: NaN, as wanted
         bpool = np.nanmean(yb, axis=0)  # the baseline pooled over its streams, game by game (NaN: none measured)
     others = [i for i in range(len(table.arms)) if i not in base_rows]
     arms = [table.arms[i] for i in others]
@@ -264,7 +265,7 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
     confounded = frameworks.is_confounded(curves)
     combos = list(combinations(sorted(curves), 2))
     items = [_pair_games(curves[ra], curves[rb], n_games, settings, confounded, icc, m_games, len(combos),
-                         boot_game, su2)
+                         su2, [diff[c[0]] for c in cells], [mask[c[0]] for c in cells])
              for ra, rb in combos]
     pairs = finish_pairs(items, settings)
     streams_out = {
@@ -309,8 +310,8 @@ def _named(a: ArmInfo) -> ArmInfo:
 
 
 def _pair_games(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, confounded: bool,
-                icc: dict[str, Any] | None, m_games: float, n_pairs: int, boot_game: np.ndarray,
-                su2: float) -> tuple[dict[str, Any], Any]:
+                icc: dict[str, Any] | None, m_games: float, n_pairs: int, su2: float,
+                cell_diff: list[np.ndarray], cell_mask: list[np.ndarray]) -> tuple[dict[str, Any], Any]:
     common, ia, ib = shared_steps(ca, cb)
     k = len(common)
     cross = confounded and ca.framework != cb.framework
@@ -331,17 +332,21 @@ def _pair_games(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, c
                        "between-stream mean square (success-rate scale)", int(min(n.min(), ca.streams, cb.streams)),
                        settings.stream_icc)
     elif k >= 2:
-        # the game bootstrap's covariance (pairing and game difficulty kept) plus the stated stream variance
-        joint = np.hstack([boot_game[:, ca.arm_idx[ia]], boot_game[:, cb.arm_idx[ib]]])
-        joint = joint[~np.isnan(joint).any(axis=1)]
-        game = np.cov(joint, rowvar=False)
+        # the covariance of the 2K lifts over the games measured in every one of them (pairing and game difficulty
+        # kept: per-game differences, sample covariance / n), plus the stated stream variance; the Wald statistic
+        # is referred to Hotelling's F for a covariance estimated from n games
+        rows = [int(j) for j in ca.arm_idx[ia]] + [int(j) for j in cb.arm_idx[ib]]
+        z = np.vstack([cell_diff[j] for j in rows])
+        full = np.all(np.vstack([cell_mask[j] for j in rows]), axis=0)
+        n_full = int(full.sum())
+        game = np.cov(z[:, full]) / max(n_full, 1) if n_full > 2 * k else np.full((2 * k, 2 * k), np.nan)
         stream = np.eye(2 * k) * su2
         cov = game + stream
         noise = st.Noise(game, stream, m_games, 1.0, None) if settings.stream_icc is not None else None
-        pn = PairNoise(cov, None, noise, "Wald test of the centred difference on the success-rate scale, paired "
-                       "bootstrap covariance over games" + (" plus the stated stream variance" if settings.stream_icc is not None else
+        pn = PairNoise(cov, None, noise, "Wald test of the centred difference on the success-rate scale, covariance "
+                       "of the paired per-game differences, Hotelling's F" + (" plus the stated stream variance" if settings.stream_icc is not None else
                                                             " (conditional on the streams)"),
-                       1, settings.stream_icc)
+                       1, settings.stream_icc, hotelling_n=n_full)
     label = ("stream model: parametric draws from the between-stream variance" if pn is not None and pn.df is not None
              else "games resampled jointly across all arms")
     return pair_core(ca, cb, n_games, settings, pn, label, confounded=cross, n_pairs=n_pairs)

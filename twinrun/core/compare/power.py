@@ -4,7 +4,6 @@ on the stream). The games and streams that would decide a shape verdict are in :
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 
 import numpy as np

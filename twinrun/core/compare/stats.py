@@ -13,7 +13,6 @@ are matrix products ``W @ values.T``, so there is no Python loop over resamples.
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 

@@ -148,7 +148,7 @@ def draw_means(model: CellModel, n_draw: int, rng: np.random.Generator) -> np.nd
     """Parametric draws of the cell means [R, K]: mean + z sqrt(sigma2* / n_k), sigma2* = s2 df / chi2(df) drawn once
     per row (the posterior of a normal variance under a flat prior), so few streams give wide draws."""
     sig2 = model.s2 * model.df / rng.chisquare(model.df, size=(n_draw, 1))
-    return model.means[None, :] + rng.normal(size=(n_draw, model.means.size)) * np.sqrt(sig2 / model.n[None, :])
+    return model.means[None, :] + rng.normal(size=(n_draw, model.means.size)) * np.sqrt(sig2 / np.maximum(model.n, 1)[None, :])
 
 
 def baseline_draws(base_streams: np.ndarray, n_games: int, n_draw: int, rng: np.random.Generator) -> tuple[np.ndarray, float, float]:
@@ -205,22 +205,34 @@ def centring(k: int) -> np.ndarray:
     return np.hstack([c, -c])
 
 
-def interaction_wald(means: np.ndarray, cov: np.ndarray, df: float | None) -> dict[str, Any]:
+def interaction_wald(means: np.ndarray, cov: np.ndarray, df: float | None,
+                     hotelling_n: int | None = None) -> dict[str, Any]:
     """Run x checkpoint interaction on the success-rate scale: are the centred curves different?
 
     means[2K] stacked cell means (run a, then run b), cov[2K, 2K] their covariance (known up to df: the error
     mean square's degrees of freedom, None = known). Wald W = D' (C cov C')^+ D on the K - 1 independent centred
-    differences; F = W / (K - 1) against F(K - 1, df), or W against chi2(K - 1) when df is None.
+    differences; F = W / (K - 1) against F(K - 1, df), or W against chi2(K - 1) when df is None, or, when cov is the
+    sample covariance of n games' paired differences (hotelling_n = n), Hotelling's F = W (n - q) / (q (n - 1))
+    against F(q, n - q), q = K - 1 (the chi-square reference rejected 8% of identical shapes at 140 games).
     """
     k = means.size // 2
     c = centring(k)[: k - 1]  # K - 1 rows span the centred contrasts (the K-th is minus their sum)
     d = c @ means
     v = c @ cov @ c.T
-    try:
-        w = float(d @ np.linalg.solve(v, d))
-    except np.linalg.LinAlgError:
-        w = float(d @ np.linalg.pinv(v) @ d)
+    if not np.all(np.isfinite(v)):
+        w = float("nan")
+    else:
+        try:
+            w = float(d @ np.linalg.solve(v, d))
+        except np.linalg.LinAlgError:
+            w = float(d @ np.linalg.pinv(v) @ d)
     q = k - 1
+    if not np.isfinite(w):
+        return {"statistic": None, "df": q, "df2": None, "p_value": None}
+    if hotelling_n is not None and hotelling_n > q:
+        f = w * (hotelling_n - q) / (q * (hotelling_n - 1))
+        return {"statistic": f, "df": q, "df2": float(hotelling_n - q), "wald": w,
+                "p_value": float(stats.f.sf(f, q, hotelling_n - q))}
     if df is None:
         return {"statistic": w, "df": q, "df2": None, "p_value": float(stats.chi2.sf(w, q))}
     f = w / q

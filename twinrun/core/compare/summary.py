@@ -14,7 +14,7 @@ from twinrun.core.compare import stats as cs
 from twinrun.core.compare import streams as st
 from twinrun.core.compare.curves import Curve, PairNoise, finish_pairs, pair_core, run_curves, shared_steps
 from twinrun.core.compare.games import Analysis, split_baseline
-from twinrun.core.compare.model import ArmInfo, CompareSettings, SummaryTable
+from twinrun.core.compare.model import CompareSettings, SummaryTable
 from twinrun.core.compare.render import COMPARE_SCHEMA_VERSION, clean, settings_dict
 
 SUMMARY_SKIPPED_ALWAYS = [
