@@ -208,7 +208,7 @@ def _arms_section(result: Mapping[str, Any], h: str) -> list[str]:
                     "Bonferroni", "MDE pp"], rows),
             "", f"Tests: {'; '.join(tests)}. CIs: {'; '.join(cis)}. MDE: smallest lift detectable with "
             f"{100 * s['power']:.0f}% power ({'; '.join(mdes)}). Adjusted p-values are computed within each family; "
-            "replicate arms belong to no family.", ""]
+            "the hypotheses are (run, checkpoint) cells; a cell's streams are in `stream_arms` of compare.json.", ""]
 
 
 def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], title: str | None = None,
