@@ -101,6 +101,23 @@ def test_every_sentence_says_why() -> None:
     assert decide(ev(band_half_width=0.08), CompareSettings(delta=0.10))["verdict"] == AGREE
 
 
+def test_pair_verdicts_are_a_family_holm_over_the_pairs() -> None:
+    """Three pairs whose interactions have p = 0.02, 0.03, 0.04: each alone would be "differ"; Holm over the three
+    (0.06, 0.06, 0.06) claims none, and the explanation says so."""
+    from twinrun.core.compare.curves import finish_pairs
+
+    items = [({"a": "a", "b": x, "interaction": {"p_value": p}}, ev(b=x, interaction_p=p, pearson_ci=(-0.2, 0.8)))
+             for x, p in (("b", 0.02), ("c", 0.03), ("d", 0.04))]
+    alone = [decide(e, S)["verdict"] for _, e in items]
+    assert alone == [DIFFER] * 3
+    pairs = finish_pairs(items, S)
+    assert [p["verdict"] for p in pairs] == [NO_EVIDENCE] * 3
+    assert [p["interaction"]["p_holm_pairs"] for p in pairs] == pytest.approx([0.06, 0.06, 0.06])
+    one = finish_pairs([({"a": "a", "b": "b", "interaction": {"p_value": 0.02}},
+                         ev(interaction_p=0.02, pearson_ci=(-0.2, 0.8)))], S)
+    assert one[0]["verdict"] == DIFFER
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Planted cases through the CLI (one fixed draw each: regressions; the rates are in the slow tests below)
 

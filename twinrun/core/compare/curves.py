@@ -222,7 +222,7 @@ def finish_pairs(items: list[tuple[dict[str, Any], ShapeEvidence | None]], setti
         v = decide(ev, settings)
         pair.update(v)
         pair["n_to_decide"], pair["n_to_decide_detail"] = None, None
-        if v["verdict"] == NO_EVIDENCE:
+        if v["verdict"] == NO_EVIDENCE and (noise is not None or (ev.streams is not None and ev.streams < 2)):
             pair["n_to_decide"], pair["n_to_decide_detail"], sentence = games_to_decide(noise, settings)
             pair["explanation"] += " " + sentence
         out.append(pair)
