@@ -170,6 +170,30 @@ def test_planted_case_with_streams_through_the_cli(tmp_path: Path, case: str, dr
     assert doc["streams"]["mode"] == "streams" and doc["streams"]["icc"]["deff"] > 1
 
 
+def test_report_shows_the_streams_the_icc_and_the_design_effect(tmp_path: Path) -> None:
+    write_sweep(planted_table("opposite", seed=0, streams=3, stream_sd=0.4), tmp_path / "sweep")
+    out = CliRunner().invoke(app, ["compare", str(tmp_path / "sweep"), "--baseline", "baseline", "--n-boot", "500",
+                                   "--out", str(tmp_path / "rep")])
+    assert out.exit_code == 0, out.output
+    icc = json.loads((tmp_path / "rep" / "compare.json").read_text())["streams"]["icc"]
+    text = (tmp_path / "rep" / "report.md").read_text()
+    line = (f"Intra-stream correlation {icc['estimate']:.3f} [{icc['ci'][0]:.3f}, {icc['ci'][1]:.3f}]; design effect "
+            f"{icc['deff']:.2f} [{icc['deff_ci'][0]:.2f}, {icc['deff_ci'][1]:.2f}]")
+    assert "Streams: 3 per arm, 3 baseline stream(s), 140 games per stream." in text and line in text
+    assert "Intra-stream correlation" in out.output and "checkpoint effect" in text
+
+
+def test_a_summary_with_a_stated_correlation_widens_and_decides(tmp_path: Path) -> None:
+    path = write_summary_csv(planted_table("opposite", n_games=140, seed=0), tmp_path / "summary.csv")
+    plain = cli_json(str(path), "--baseline", "baseline", "--n-boot", "1000")
+    stated = cli_json(str(path), "--baseline", "baseline", "--n-boot", "1000", "--stream-icc", "0.02")
+    assert plain["pairs"][0]["reason"] == "one-stream" and stated["pairs"][0]["verdict"] == DIFFER
+    assert "conditional on the stream" in plain["arms"][0]["test"] and "stated stream variance" in stated["arms"][0]["test"]
+    w0 = np.subtract(*plain["arms"][0]["lift_ci"][::-1])
+    w1 = np.subtract(*stated["arms"][0]["lift_ci"][::-1])
+    assert w1 > 1.3 * w0 and stated["streams"]["stated_deff"] == pytest.approx(1 + 139 * 0.02)
+
+
 def test_one_stream_decides_nothing_without_a_stated_correlation(tmp_path: Path) -> None:
     """The same opposite curves, one stream per arm: without --stream-icc no shape claim, and the per-arm p-values
     say they are conditional on the stream; with a pilot's value the claim is made against the inflated noise."""
