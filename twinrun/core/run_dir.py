@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.record_files import RecordError
+from twinrun.core.record_files import RecordError, atomic_write_json, read_jsonl
+
+RUN_INFO = "run.json"  # which backend writes the folder (guarded on --resume)
 
 
 @dataclass(frozen=True)
@@ -43,20 +45,73 @@ class RunPaths:
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"step-{step:06d}"
 
+    @property
+    def resolved_config(self) -> Path:
+        """resolved_config.json: the backend's native config, compared on --resume (each backend its own way)."""
+        return self.root / "resolved_config.json"
 
-def guard_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool) -> None:
+    @property
+    def run_info(self) -> Path:
+        return self.root / RUN_INFO
+
+
+def guard_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool, backend: str | None = None) -> None:
     """The rule every backend applies before training into `paths.root`: never overwrite a run silently; on
-    resume, refuse a folder with no run or with a different spec. Writes nothing."""
+    resume, refuse a folder with no run, another backend's run or a different spec. Reads only: every refusal
+    leaves the folder as it was (the backend checks its resolved config next, also before any write)."""
     root = paths.root
+    if root.exists() and not root.is_dir():
+        raise RecordError(f"--out: {str(root)!r} is a file, not a folder (fix: a folder path for the run)")
     if not resume:
-        if root.exists() and any(root.iterdir()):
+        if root.exists() and any(not _is_lock(p) for p in root.iterdir()):
             raise RecordError(f"--out: {str(root)!r} is not empty (fix: a new folder, or --resume to continue it)")
         return
     if not paths.spec.exists():
         raise RecordError(f"--resume: {str(root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
+    recorded = recorded_backend(paths)
+    if backend is not None and recorded is not None and recorded != backend:
+        raise RecordError(f"--backend: {backend!r}, but {str(root)!r} holds a {recorded} run (fix: --backend "
+                          f"{recorded} to resume it, or a new --out for a {backend} run)")
     if _trained_part(paths.spec.read_text(encoding="utf-8")) != _trained_part(spec_yaml):
         raise RecordError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
                           "and --set overrides, or start a new --out)")
+
+
+def recorded_backend(paths: RunPaths) -> str | None:
+    """The backend that wrote the folder: run.json's, else the ``backend`` field of resolved_config.json (runs
+    written before run.json existed; verl's resolved config names it); None when neither says."""
+    import json
+
+    for path in (paths.run_info, paths.resolved_config):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("backend"), str):
+            return data["backend"]
+    return None
+
+
+def start_run_dir(paths: RunPaths, *, spec_yaml: str, backend: str) -> None:
+    """The first writes into a run folder, made after every guard passed: spec.yaml and run.json (atomically)."""
+    from twinrun.core.record_files import atomic_write_text
+
+    paths.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(paths.spec, spec_yaml)
+    atomic_write_json(paths.run_info, {"backend": backend})
+
+
+def completed_steps(paths: RunPaths) -> int:
+    """Training steps the folder holds a record of (metrics.jsonl rows, or exported checkpoints)."""
+    rows = len(list(read_jsonl(paths.metrics))) if paths.metrics.exists() else 0
+    ckpts = len(list(paths.checkpoints.glob("step-*"))) if paths.checkpoints.is_dir() else 0
+    return max(rows, ckpts)
+
+
+def _is_lock(p: Path) -> bool:
+    from twinrun.core.run_lock import LOCK_NAME
+
+    return p.name == LOCK_NAME
 
 
 def _trained_part(spec_yaml: str) -> Any:

@@ -29,7 +29,6 @@ from twinrun.core.records import (
     atomic_write_text,
     curation_step_metrics,
     finite_or_none,
-    guard_run_dir,
     mean_finite,
     publishing_dir,
     read_jsonl,
@@ -85,19 +84,9 @@ def step_metrics(
 # Run directory
 
 
-def open_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool) -> None:
-    """Refuse to overwrite; on resume, refuse a different spec. Writes spec.yaml (atomically)."""
-    guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume)
-    paths.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(paths.spec, spec_yaml)
-
-
-def comparable_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in json.loads(json.dumps(cfg, default=str)).items() if k not in _PATH_KEYS}
-
-
 def check_resolved_config(paths: RunPaths, resolved: dict[str, Any], *, resume: bool) -> None:
-    path = paths.root / RESOLVED_CONFIG
+    """On resume, refuse a resolved GRPOConfig that differs from the recorded one. Reads only."""
+    path = paths.resolved_config
     if resume and path.exists():
         old = comparable_config(json.loads(path.read_text(encoding="utf-8")))
         new = comparable_config(resolved)
@@ -109,7 +98,14 @@ def check_resolved_config(paths: RunPaths, resolved: dict[str, Any], *, resume: 
                 f"{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}; fix: resume with the same spec, "
                 "twinrun and TRL versions, or start a new --out)"
             )
-    atomic_write_text(path, json.dumps(resolved, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def comparable_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in json.loads(json.dumps(cfg, default=str)).items() if k not in _PATH_KEYS}
+
+
+def write_resolved_config(paths: RunPaths, resolved: dict[str, Any]) -> None:
+    atomic_write_text(paths.resolved_config, json.dumps(resolved, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def last_complete_checkpoint(paths: RunPaths, updates_per_step: int) -> tuple[int, Path] | None:

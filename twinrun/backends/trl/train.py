@@ -54,14 +54,15 @@ def train(
         check_resolved_config,
         export_checkpoint,
         last_complete_checkpoint,
-        open_run_dir,
         truncate_records,
+        write_resolved_config,
     )
     from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
     from twinrun.core.advantages import estimator_config
     from twinrun.core.curation import CurationRuntime
-    from twinrun.core.records import RunPaths, provenance
+    from twinrun.core.records import RunPaths, guard_run_dir, provenance
     from twinrun.core.rewards import token_counter
+    from twinrun.core.run_dir import start_run_dir
     from twinrun.core.tracking import step_reporter
     from twinrun.models.warmstart import final_tool_result, resolve_curator_model
 
@@ -76,42 +77,46 @@ def train(
     state = PartialState(cpu=spec.resources.gpus_per_node == 0)
     check_world(state.num_processes, world_size(spec))
     is_main = state.is_main_process
+    # every guard (process count above, folder, backend, spec, resolved config below) runs before the first write
+    # into the run folder, so a refused resume leaves it byte for byte as it was
     if is_main:
-        open_run_dir(paths, spec_yaml=spec_yaml, resume=resume)
+        guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl")
 
     resume_from: Path | None = None
     done = 0  # steps already complete (a resume continues after them)
-    if resume:
-        last = last_complete_checkpoint(paths, updates_per_step)
-        done = last[0] if last else 0
+    last = last_complete_checkpoint(paths, updates_per_step) if resume else None
+    if last:
+        done, resume_from = last
+    environ = dict(os.environ)
+    with state.main_process_first():  # rank 0 builds a missing tiny curator; the others then find it
+        model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
+    kwargs["output_dir"] = str(paths.root / TRL_DIR)
+    kwargs.setdefault("save_total_limit", None)
+    kwargs.setdefault("log_completions", False)
+    config = GRPOConfig(**kwargs)
+    resolved = config.to_dict()
+    # the curator's identity (a local folder by its name: the warm start's name carries its content key)
+    resolved["twinrun_curator_model"] = Path(model_path).name if Path(model_path).is_dir() else str(model_path)
+    if is_main:
+        check_resolved_config(paths, resolved, resume=resume)
+    if resume and done >= spec.steps:
         if is_main:
-            truncate_records(paths, done)
-        resume_from = last[1] if last else None
-        if done >= spec.steps:
             log(f"trl: {paths.root} already holds all {spec.steps} steps; nothing to do")
-            return {"steps": done, "checkpoints": _checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
+        return {"steps": done, "checkpoints": _checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
+    if is_main:  # the guards passed: the first writes
+        start_run_dir(paths, spec_yaml=spec_yaml, backend="trl")
+        write_resolved_config(paths, resolved)
+        if resume:
+            truncate_records(paths, done)
+    if resume and is_main:  # one line, not one per rank
         log(f"trl: resuming {paths.root} after step {done}" if last else f"trl: no complete checkpoint in {paths.root}; starting at step 1")
     state.wait_for_everyone()
     with ExitStack() as closing:
-        # the tracker opens first, so a missing or unreachable one is said before the long work starts
         reporter = step_reporter(spec, "trl", paths.root, log=log, enabled=is_main,
                                  resume_after=done if resume else None)
         closing.callback(reporter.close)
-        environ = dict(os.environ)
-        with state.main_process_first():  # rank 0 builds a missing tiny curator; the others then find it
-            model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
-
-        kwargs["output_dir"] = str(paths.root / TRL_DIR)
-        kwargs.setdefault("save_total_limit", None)
-        kwargs.setdefault("log_completions", False)
-        config = GRPOConfig(**kwargs)
-        resolved = config.to_dict()
-        # the curator's identity (a local folder by its name: the warm start's name carries its content key)
-        resolved["twinrun_curator_model"] = Path(model_path).name if Path(model_path).is_dir() else str(model_path)
-        if is_main:
-            check_resolved_config(paths, resolved, resume=resume)
 
         prov = provenance(spec_hash=spec.spec_hash(), run_id=paths.root.name, backend="trl",
                           framework_version=trl.__version__, seed=spec.seed)

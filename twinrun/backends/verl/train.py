@@ -49,6 +49,7 @@ from twinrun.backends.verl.names import (
 from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
+from twinrun.core.run_dir import start_run_dir
 from twinrun.core.step_health import MissingTurnsError
 from twinrun.core.tracking import step_reporter
 
@@ -109,9 +110,9 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     resolved = resolved_config(spec, overrides)
 
     spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)  # the TRL backend's text
-    _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume)
-    atomic_write_text(paths.spec, spec_yaml)
-    atomic_write_text(paths.root / RESOLVED_CONFIG, json.dumps(resolved, indent=2, sort_keys=True) + "\n")
+    _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume)  # every guard, before the first write
+    start_run_dir(paths, spec_yaml=spec_yaml, backend="verl")
+    atomic_write_text(paths.resolved_config, json.dumps(resolved, indent=2, sort_keys=True) + "\n")
     done = _reconcile_resume(paths, dirs) if resume else 0
     if done >= spec.steps:
         log(f"verl: {paths.root} already holds all {spec.steps} steps; nothing to do")
@@ -240,10 +241,11 @@ def resolved_config(spec: Any, overrides: dict[str, Any]) -> dict[str, Any]:
 
 def _prepare_run_dir(paths: RunPaths, dirs: VerlRunDirs, spec_yaml: str, resolved: dict[str, Any],
                      resume: bool) -> None:
-    """Refuse to overwrite a run; on resume refuse a different spec or resolved config (as the TRL backend)."""
-    guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume)
+    """Refuse to overwrite a run; on resume refuse another backend's run, a different spec or resolved config (as
+    the TRL backend), all before anything in the folder changes; then create verl's folders."""
+    guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="verl")
     if resume:
-        cfg = paths.root / RESOLVED_CONFIG
+        cfg = paths.resolved_config
         if cfg.exists():
             old = json.loads(cfg.read_text(encoding="utf-8"))
             if old != resolved:
