@@ -165,3 +165,49 @@ def test_new_run_into_a_run_folder_or_a_file_changes_nothing(backend, spec, sets
     _refused(["train", smoke_spec_path, "--backend", backend, "--resume", "--out", empty,
               *[f"--set={s}" for s in sets]], capsys, empty, "holds no run")
     assert not empty.exists()
+
+
+HOLD = ("import sys, time; from twinrun.core.run_lock import folder_lock\n"
+        "with folder_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)\n")
+
+
+@pytest.fixture
+def live_holder():
+    """A live process holding a folder's lock (a training or sweep process, as far as the lock can tell)."""
+    import os
+    import subprocess
+    import sys
+
+    procs = []
+
+    def hold(folder):
+        p = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        procs.append(p)
+        assert p.stdout.readline().strip() == "held"
+        return p
+
+    yield hold
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("backend", ["trl", "verl"])
+def test_resume_of_a_folder_another_process_writes_is_refused_naming_it(backend, spec, sets, smoke_spec_path,
+                                                                       tmp_path, capsys, live_holder):
+    """Two writers: a --resume beside a live run would interleave rows with it. Red on main (no lock)."""
+    paths = (trl_run if backend == "trl" else verl_run)(spec, tmp_path / "run")
+    holder = live_holder(paths.root)
+    _refused(["train", smoke_spec_path, "--backend", backend, "--resume", "--out", paths.root,
+              *[f"--set={s}" for s in sets]], capsys, paths.root, f"is being written by pid {holder.pid}")
+
+
+def test_a_sweep_into_a_folder_another_sweep_writes_is_refused_naming_it(sets, smoke_spec_path, tmp_path, capsys,
+                                                                        live_holder):
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "sweep.json").write_text("{}")
+    holder = live_holder(out)
+    _refused(["sweep", tmp_path / "run", "--spec", smoke_spec_path, "--out", out, "--curator", "no-ops",
+              *[f"--set={s}" for s in sets]], capsys, out, f"is being written by pid {holder.pid}")

@@ -81,7 +81,7 @@ def sweep_cmd(
     else:
         raise sw.SweepError(f"--curator: {curator!r} is not a curator policy (fix: hf or no-ops)")
     # --json: stdout holds the summary alone (Ray's driver prints cluster events, e.g. a lost raylet, to stdout)
-    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(), _one_writer(out):
         result = sw.sweep(
             spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, baseline_replicates=base_reps,
             replicate_checkpoints=run_reps, policy_factory=factory, workers=workers, ray_address=ray,
@@ -100,3 +100,12 @@ def sweep_cmd(
                    + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else "")
                    + (f" ({a.attempts} Ray attempts: a node or worker was lost)" if a.attempts > 1 else ""))
     typer.echo(f"next: twinrun compare {out} --baseline {sw.BASELINE}")
+
+
+def _one_writer(out: Path) -> contextlib.AbstractContextManager[int]:
+    """The sweep folder's lock (core.run_lock), held while the sweep writes: a second sweep into it is refused in
+    one line naming the holder's pid; a holder that died left no lock."""
+    from twinrun.core.run_lock import check_unlocked, folder_lock
+
+    check_unlocked(out)
+    return folder_lock(out)

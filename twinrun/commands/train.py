@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -25,8 +26,8 @@ def train(
                                 "processes (torchrun); 1 process trains here"),
 ) -> None:
     """Train SPEC's curator with one backend; refuses if the spec's backends would not run the same work."""
-    from twinrun.backends import registry
     from twinrun.app.plan import build_plan
+    from twinrun.backends import registry
 
     spec = spec_from_cli(spec_path, sets)
     if backend not in spec.backends:
@@ -42,6 +43,33 @@ def train(
         import sys
 
         from twinrun.backends.trl.launch import launch as launch_processes
+        from twinrun.backends.trl.launch import launched
 
+        keep: list[object] = []
+        if not launched(os.environ) and (spec.resources.nodes > 1 or spec.resources.world_size > 1):
+            from twinrun.backends.trl.train import preflight
+
+            # the checks rank 0 would make, here: one line on a refusal, the warm start built with every core
+            preflight(spec, out, resume=resume, cache_dir=cache_dir(cache), log=lambda m: typer.echo(m, err=True))
+            if spec.resources.nodes == 1:  # several nodes: rank 0 takes the lock where it runs
+                keep.append(_hold_for_ranks(out))  # torchrun and its ranks run under this process's lock on the folder
         launch_processes(spec.resources.world_size, spec.resources.nodes, sys.argv[1:])
-    registry.trainer(backend)(spec, out, resume=resume, cache_dir=cache_dir(cache))
+    # inside a launched world whose launcher holds the folder's lock, rank 0 must not take it a second time
+    held_by_launcher = os.environ.get(LOCK_HELD_ENV) == str(out.resolve())
+    registry.trainer(backend)(spec, out, resume=resume, cache_dir=cache_dir(cache), hold_lock=not held_by_launcher)
+
+
+LOCK_HELD_ENV = "TWINRUN_LOCK_HELD"  # set by `--launch` for the ranks it starts: the run folder whose lock it holds
+
+
+def _hold_for_ranks(out: Path) -> object:
+    """Take the run folder's lock in this process (refused if another writer holds it) and keep it across the
+    exec into torchrun: the descriptor is made inheritable, and the ranks are told (LOCK_HELD_ENV) not to take it
+    again. The lock ends when torchrun (this process, after exec) exits."""
+    from twinrun.core.run_lock import folder_lock
+
+    lock = folder_lock(out)
+    fd = lock.__enter__()  # never exited: the exec replaces this process and the kernel keeps the lock
+    os.set_inheritable(fd, True)
+    os.environ[LOCK_HELD_ENV] = str(out.resolve())
+    return lock  # the caller keeps it until the exec (a collected context would close the descriptor)

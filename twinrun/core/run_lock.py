@@ -71,10 +71,13 @@ def check_unlocked(folder: str | Path, *, option: str = "--out") -> None:
 def folder_lock(folder: str | Path, *, option: str = "--out") -> Iterator[int]:
     """Hold ``folder``'s lock (creating the folder) while the body runs; yields the lock's file descriptor, to be
     passed to child processes (``subprocess.Popen(pass_fds=[fd])``) so they hold it too. A live holder: refused in
-    one line naming its pid; a dead one's lock is free and taken over."""
+    one line naming its pid; a dead one's lock is free and taken over. A folder this call created and nothing but
+    the lock was written into (the body refused before its first write) is removed again."""
     folder = Path(folder)
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(folder), os.O_RDWR | os.O_CREAT, 0o644)
+    path = lock_path(folder)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if not _flock_nb(fd):
             raise _refusal(folder, option)
@@ -83,6 +86,9 @@ def folder_lock(folder: str | Path, *, option: str = "--out") -> Iterator[int]:
         os.fsync(fd)
         yield fd
     finally:
+        if created and [p.name for p in folder.iterdir()] == [LOCK_NAME]:
+            path.unlink(missing_ok=True)
+            folder.rmdir()
         os.close(fd)
 
 

@@ -30,6 +30,7 @@ def train(
     log: Any = print,
     estimator: Any = None,
     keep_row_tokens: bool = False,
+    hold_lock: bool = True,
 ) -> dict[str, Any]:
     """Train ``spec``'s curator under TRL; write the run folder ``out_dir`` (see :mod:`.records`).
 
@@ -37,19 +38,26 @@ def train(
     data_root: the ALFWorld data folder (default: ``$ALFWORLD_DATA``, read here at the backend boundary).
     estimator: an ``EstimatorConfig`` overriding ``spec.algorithm`` (tests use TRL's own preset).
     keep_row_tokens: write each trained row's token ids and messages into rows.jsonl (tests; large).
+    hold_lock: rank 0 holds the run folder's lock (core.run_lock) for the whole run; False where the caller holds
+    it (``--launch``: the launching process took it and torchrun inherited it).
     Returns a small summary (steps trained, checkpoints, wall time)."""
+    with ExitStack() as held:
+        return _train(spec, out_dir, resume, cache_dir, data_root=data_root, log=log, estimator=estimator,
+                      keep_row_tokens=keep_row_tokens, held=held if hold_lock else None)
+
+
+def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path | None, *, data_root: str | Path | None,
+           log: Any, estimator: Any, keep_row_tokens: bool, held: ExitStack | None) -> dict[str, Any]:
+    """train()'s body; ``held``: where rank 0 enters the folder's lock (released when train returns), or None."""
     import trl
-    import yaml
     from accelerate import PartialState
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig
 
     from twinrun.backends.compiled import world_size
     from twinrun.backends.trl.compile import compile_spec
     from twinrun.backends.trl.environment import SessionBroker, check_tool_surface, dataset_row
     from twinrun.backends.trl.records import (
-        TRL_DIR,
         RunRecorder,
         check_resolved_config,
         export_checkpoint,
@@ -63,6 +71,7 @@ def train(
     from twinrun.core.records import RunPaths, guard_run_dir, provenance
     from twinrun.core.rewards import token_counter
     from twinrun.core.run_dir import start_run_dir
+    from twinrun.core.run_lock import check_unlocked, folder_lock
     from twinrun.core.tracking import step_reporter
     from twinrun.models.warmstart import final_tool_result, resolve_curator_model
 
@@ -71,7 +80,7 @@ def train(
     compiled = compile_spec(spec)
     kwargs = dict(compiled.config)
     updates_per_step = int(compiled.counts["optimizer_updates"])
-    spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)
+    spec_yaml = _spec_yaml(spec)
     # several processes (torchrun / accelerate launch): one world of the spec's size; rank 0 alone writes the run
     # folder (spec, records, checkpoints), the others wait for it and read it
     state = PartialState(cpu=spec.resources.gpus_per_node == 0)
@@ -80,6 +89,8 @@ def train(
     # every guard (process count above, folder, backend, spec, resolved config below) runs before the first write
     # into the run folder, so a refused resume leaves it byte for byte as it was
     if is_main:
+        if held is not None:
+            check_unlocked(paths.root)  # another writer: refused before anything else is said or done
         guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl")
 
     resume_from: Path | None = None
@@ -90,20 +101,18 @@ def train(
     environ = dict(os.environ)
     with state.main_process_first():  # rank 0 builds a missing tiny curator; the others then find it
         model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
-    kwargs["output_dir"] = str(paths.root / TRL_DIR)
-    kwargs.setdefault("save_total_limit", None)
-    kwargs.setdefault("log_completions", False)
-    config = GRPOConfig(**kwargs)
-    resolved = config.to_dict()
-    # the curator's identity (a local folder by its name: the warm start's name carries its content key)
-    resolved["twinrun_curator_model"] = Path(model_path).name if Path(model_path).is_dir() else str(model_path)
+    config, resolved = grpo_config(kwargs, paths, model_path)
     if is_main:
         check_resolved_config(paths, resolved, resume=resume)
     if resume and done >= spec.steps:
         if is_main:
             log(f"trl: {paths.root} already holds all {spec.steps} steps; nothing to do")
         return {"steps": done, "checkpoints": _checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
-    if is_main:  # the guards passed: the first writes
+    if is_main:  # the guards passed: the first writes, under the folder's lock
+        if held is not None:
+            held.enter_context(folder_lock(paths.root))
+            # again under the lock: another writer may have finished with the folder since
+            guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl")
         start_run_dir(paths, spec_yaml=spec_yaml, backend="trl")
         write_resolved_config(paths, resolved)
         if resume:
@@ -184,6 +193,47 @@ def train(
     steps = _checkpoint_steps(paths)
     return {"steps": spec.steps, "checkpoints": steps, "wall_s": round(wall, 3),
             "resumed_from": None if resume_from is None else int(resume_from.name.split("-")[1]) // updates_per_step}
+
+
+def grpo_config(kwargs: dict[str, Any], paths: Any, model_path: str) -> tuple[Any, dict[str, Any]]:
+    """(GRPOConfig, its resolved dict as recorded in resolved_config.json and compared on --resume)."""
+    from trl import GRPOConfig
+
+    from twinrun.backends.trl.records import TRL_DIR
+
+    kwargs = dict(kwargs, output_dir=str(paths.root / TRL_DIR))
+    kwargs.setdefault("save_total_limit", None)
+    kwargs.setdefault("log_completions", False)
+    config = GRPOConfig(**kwargs)
+    resolved = config.to_dict()
+    # the curator's identity (a local folder by its name: the warm start's name carries its content key)
+    resolved["twinrun_curator_model"] = Path(model_path).name if Path(model_path).is_dir() else str(model_path)
+    return config, resolved
+
+
+def preflight(spec: Any, out_dir: str | Path, *, resume: bool, cache_dir: str | Path | None,
+              data_root: str | Path | None = None, log: Any = print) -> None:
+    """``--launch``: every check rank 0 makes before its first write (another writer, the folder, backend, spec,
+    resolved config), made in the launching process before torchrun starts, so a refusal is one line and not a
+    dump from every rank; the warm start is built here too, with every core (under torchrun, rank 0 would build
+    it with OMP_NUM_THREADS=1 while the other ranks wait). Writes nothing into the run folder."""
+    from twinrun.backends.trl.compile import compile_spec
+    from twinrun.backends.trl.records import check_resolved_config
+    from twinrun.core.records import RunPaths, guard_run_dir
+    from twinrun.core.run_lock import check_unlocked
+    from twinrun.models.warmstart import resolve_curator_model
+
+    paths = RunPaths(Path(out_dir))
+    check_unlocked(paths.root)
+    guard_run_dir(paths, spec_yaml=_spec_yaml(spec), resume=resume, backend="trl")
+    model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=dict(os.environ), log=log)
+    check_resolved_config(paths, grpo_config(dict(compile_spec(spec).config), paths, model_path)[1], resume=resume)
+
+
+def _spec_yaml(spec: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)
 
 
 def check_world(processes: int, planned: int) -> None:

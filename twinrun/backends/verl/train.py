@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
 from twinrun.core.run_dir import start_run_dir
+from twinrun.core.run_lock import check_unlocked, folder_lock
 from twinrun.core.step_health import MissingTurnsError
 from twinrun.core.tracking import step_reporter
 
@@ -93,10 +95,11 @@ class VerlRunDirs:
 
 
 def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str | Path | None = None,
-          *, log: Any = print, keep_row_tokens: bool = False) -> dict[str, Any]:
+          *, log: Any = print, keep_row_tokens: bool = False, hold_lock: bool = True) -> dict[str, Any]:
     """Train the spec's curator under verl into ``out_dir`` (see the module docstring). Returns a small summary
     (steps trained, checkpoint steps, wall time, the step resumed after), as the TRL backend does.
-    keep_row_tokens: rows.jsonl keeps each trained row's token ids and messages (tests; large)."""
+    keep_row_tokens: rows.jsonl keeps each trained row's token ids and messages (tests; large).
+    hold_lock: hold the run folder's lock (core.run_lock) for the whole run; False only where the caller holds it."""
     from twinrun.backends.registry import check_dependencies
 
     check_dependencies("verl")
@@ -110,7 +113,20 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     resolved = resolved_config(spec, overrides)
 
     spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)  # the TRL backend's text
-    _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume)  # every guard, before the first write
+    if hold_lock:
+        check_unlocked(paths.root)  # another writer: refused before anything else is said or done
+    _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume, create=False)  # every guard, before the first write
+    with folder_lock(paths.root) if hold_lock else nullcontext(None) as lock_fd:
+        # again under the lock: another writer may have finished with the folder since
+        _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume)
+        return _train_locked(spec, paths, dirs, overrides, resolved, spec_yaml, resume=resume, log=log,
+                             lock_fd=lock_fd, t0=t0)
+
+
+def _train_locked(spec: Any, paths: RunPaths, dirs: VerlRunDirs, overrides: dict[str, Any], resolved: dict[str, Any],
+                  spec_yaml: str, *, resume: bool, log: Any, lock_fd: int | None, t0: float) -> dict[str, Any]:
+    """The run, once every guard passed and the folder's lock is held (``lock_fd``: handed to verl's trainer, so
+    the folder stays locked while any of it runs)."""
     start_run_dir(paths, spec_yaml=spec_yaml, backend="verl")
     atomic_write_text(paths.resolved_config, json.dumps(resolved, indent=2, sort_keys=True) + "\n")
     done = _reconcile_resume(paths, dirs) if resume else 0
@@ -131,7 +147,7 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
         progress = VerlProgress(spec, paths, dirs.metrics_log(attempt), reporter,
                                 optimizer_updates=int(compiled.counts["optimizer_updates"]), keep_steps=done)
         rc = launch(overrides, cwd=dirs.verl, env=_child_env(spec, dirs.metrics_log(attempt)), log_path=run_log,
-                    on_poll=progress.poll)
+                    on_poll=progress.poll, pass_fds=() if lock_fd is None else (lock_fd,))
         progress.poll()  # the last step, if verl wrote it after the last poll
         write_step_metrics(spec, paths, dirs.attempt_logs(), compiled)
     finally:
@@ -240,7 +256,7 @@ def resolved_config(spec: Any, overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prepare_run_dir(paths: RunPaths, dirs: VerlRunDirs, spec_yaml: str, resolved: dict[str, Any],
-                     resume: bool) -> None:
+                     resume: bool, *, create: bool = True) -> None:
     """Refuse to overwrite a run; on resume refuse another backend's run, a different spec or resolved config (as
     the TRL backend), all before anything in the folder changes; then create verl's folders."""
     guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="verl")
@@ -253,8 +269,9 @@ def _prepare_run_dir(paths: RunPaths, dirs: VerlRunDirs, spec_yaml: str, resolve
                     f"--resume: resolved verl config changed ({_first_difference(old, resolved)}; fix: resume with the "
                     "same spec, twinrun and verl versions, or start a new --out)"
                 )
-    for d in (paths.root, dirs.verl, dirs.logs):
-        d.mkdir(parents=True, exist_ok=True)
+    if create:
+        for d in (paths.root, dirs.verl, dirs.logs):
+            d.mkdir(parents=True, exist_ok=True)
 
 
 def _first_difference(old: Any, new: Any, prefix: str = "") -> str:
@@ -332,23 +349,23 @@ def _child_env(spec: Any, metrics_log: Path) -> dict[str, str]:
 
 
 def launch(overrides: dict[str, Any], *, cwd: Path, env: dict[str, str], log_path: Path,
-           on_poll: Callable[[], Any] | None = None, poll_s: float = POLL_S) -> int:
+           on_poll: Callable[[], Any] | None = None, poll_s: float = POLL_S, pass_fds: tuple[int, ...] = ()) -> int:
     """Run verl's trainer entry point in a child process; stdout+stderr go to log_path. `on_poll` is called
     every `poll_s` seconds while the child runs (live progress). Returns the exit code; an interrupt (or any
     error here) kills the child."""
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *vconfig.override_strings(overrides),
            "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
-    return run_child(cmd, cwd=cwd, env=env, log_path=log_path, on_poll=on_poll, poll_s=poll_s)
+    return run_child(cmd, cwd=cwd, env=env, log_path=log_path, on_poll=on_poll, poll_s=poll_s, pass_fds=pass_fds)
 
 
 def run_child(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
-              on_poll: Callable[[], Any] | None = None, poll_s: float = POLL_S) -> int:
+              on_poll: Callable[[], Any] | None = None, poll_s: float = POLL_S, pass_fds: tuple[int, ...] = ()) -> int:
     """`cmd` in a child process, its output appended to log_path, `on_poll` called while it runs."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, pass_fds=pass_fds)
         try:
             while True:
                 try:
