@@ -39,11 +39,16 @@ def train(
             "refusing to train an arm its twin would not match (fix: run `twinrun plan` and align the knobs)"
         )
     registry.check_runnable(backend, spec)  # e.g. a schedule verl rejects only inside its child
+    from twinrun.backends.trl.launch import launched
+
+    if launched(os.environ):  # a rank of torchrun / accelerate: it dies with its launcher (kill -9 included)
+        from twinrun.core.parent_death import die_with_parent
+
+        die_with_parent()
     if launch and backend == "trl":  # verl starts its own workers (Ray)
         import sys
 
         from twinrun.backends.trl.launch import launch as launch_processes
-        from twinrun.backends.trl.launch import launched
 
         keep: list[object] = []
         if not launched(os.environ) and (spec.resources.nodes > 1 or spec.resources.world_size > 1):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ import yaml
 
 from twinrun.backends.verl import config as vconfig
 from twinrun.backends.verl.checkpoints import is_complete, merge_to_hf
+from twinrun.backends.verl.child import POLL_S, run_child
 from twinrun.backends.verl.compile import compile_spec, native_overrides
 from twinrun.backends.verl.metrics import write_step_metrics
 from twinrun.backends.verl.names import (
@@ -58,7 +58,6 @@ from twinrun.core.tracking import step_reporter
 R = vconfig.R
 CONFIG_VERSION = 1
 RESOLVED_CONFIG = "resolved_config.json"  # the TRL backend's name (twinrun/backends/trl/records.py)
-POLL_S = 2.0  # how often the parent reads the child's step log (live progress)
 
 
 @dataclass(frozen=True)
@@ -356,27 +355,6 @@ def launch(overrides: dict[str, Any], *, cwd: Path, env: dict[str, str], log_pat
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *vconfig.override_strings(overrides),
            "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
     return run_child(cmd, cwd=cwd, env=env, log_path=log_path, on_poll=on_poll, poll_s=poll_s, pass_fds=pass_fds)
-
-
-def run_child(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
-              on_poll: Callable[[], Any] | None = None, poll_s: float = POLL_S, pass_fds: tuple[int, ...] = ()) -> int:
-    """`cmd` in a child process, its output appended to log_path, `on_poll` called while it runs."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        log.write(("$ " + " ".join(cmd) + "\n").encode())
-        log.flush()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, pass_fds=pass_fds)
-        try:
-            while True:
-                try:
-                    return proc.wait(timeout=poll_s)
-                except subprocess.TimeoutExpired:
-                    if on_poll is not None:
-                        on_poll()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
 
 
 # ------------------------------------------------------------------------------------------------------------
