@@ -11,7 +11,7 @@ import json
 import pytest
 import yaml
 
-from twinrun.core.records import JsonlWriter, RunPaths, atomic_write_text
+from twinrun.core.records import JsonlWriter, RunPaths, atomic_write_text, read_jsonl
 from twinrun.core.spec import load_spec
 from twinrun.testing.run_folders import folder_digest, run_twinrun
 
@@ -211,3 +211,39 @@ def test_a_sweep_into_a_folder_another_sweep_writes_is_refused_naming_it(sets, s
     holder = live_holder(out)
     _refused(["sweep", tmp_path / "run", "--spec", smoke_spec_path, "--out", out, "--curator", "no-ops",
               *[f"--set={s}" for s in sets]], capsys, out, f"is being written by pid {holder.pid}")
+
+
+def failed_start(spec, root):
+    """What a start that failed before its first step leaves: the spec (main wrote it first), maybe a rollout."""
+    paths = RunPaths(root)
+    atomic_write_text(paths.spec, _spec_yaml(spec))
+    with JsonlWriter(paths.rollouts) as r:
+        r.write({"step": 0, "executor_episodes": 1, "positions": []})
+    return paths
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_failed_start_is_trained_again_with_a_changed_spec(resume, smoke_spec_path, sets, spec, tmp_path):
+    """No dead end: a folder in which no step completed is started again (said in one line), with or without
+    --resume, with the fixed spec. Red on main (refused both ways: 'not empty' / 'different spec')."""
+    from twinrun.backends.trl.train import train
+    from twinrun.core.run_dir import guard_run_dir
+
+    paths = failed_start(spec, tmp_path / "run")
+    fixed = load_spec(smoke_spec_path, [*sets, "optimizer.lr=3e-6"])
+    assert guard_run_dir(paths, spec_yaml=_spec_yaml(fixed), resume=resume, backend="trl") == "restart"
+    lines = []
+    with pytest.raises(Exception) as e:  # the run itself stops at loading the (empty) curator folder
+        train(fixed, paths.root, resume=resume, log=lines.append)
+    assert "TwinrunError" not in type(e.value).__name__
+    assert lines[0] == (f"trl: no step of {paths.root} completed (a start that failed); training it again from "
+                        "step 1 with the changed spec")
+    assert paths.spec.read_text() == _spec_yaml(fixed) and not list(read_jsonl(paths.rollouts))
+
+
+def test_a_changed_spec_for_a_run_with_completed_steps_is_refused(smoke_spec_path, sets, spec, tmp_path, capsys):
+    paths = trl_run(spec, tmp_path / "run")
+    err = _refused(["train", smoke_spec_path, "--backend", "trl", "--resume", "--out", paths.root,
+                    *[f"--set={s}" for s in sets], "--set", "optimizer.lr=3e-6"], capsys, paths.root,
+                   "different spec and 2 completed step(s)")
+    assert "start a new --out" in err

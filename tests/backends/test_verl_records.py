@@ -88,6 +88,7 @@ def test_run_dir_refuses_overwrite_and_changed_resume(spec, tmp_path):
     _prepare_run_dir(paths, dirs, "spec: 1\n", resolved, resume=False)
     paths.spec.write_text("spec: 1\n")
     (paths.root / RESOLVED_CONFIG).write_text(json.dumps(resolved))
+    paths.metrics.write_text('{"step": 1}\n')  # a step completed (a failed start is trained again instead)
     with pytest.raises(TwinrunError, match="not empty"):
         _prepare_run_dir(paths, dirs, "spec: 1\n", resolved, resume=False)
     with pytest.raises(TwinrunError, match="different spec"):

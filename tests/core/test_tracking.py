@@ -235,6 +235,7 @@ def test_spec_hash_ignores_tracking_and_resume_accepts_a_new_tracker(smoke_spec_
     assert load_spec(smoke_spec_path, ["optimizer.lr=2e-5"]).spec_hash() != spec.spec_hash()
     paths = RunPaths(tmp_path)
     paths.spec.write_text(yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False))
+    paths.metrics.write_text('{"step": 1}\n')  # a step completed: a changed spec is refused, not restarted
     guard_run_dir(paths, spec_yaml=yaml.safe_dump(json.loads(tracked.canonical_json()), sort_keys=False), resume=True)
     changed = load_spec(smoke_spec_path, ["optimizer.lr=2e-5"])
     with pytest.raises(RecordError, match="different spec"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from twinrun.core.record_files import RecordError, atomic_write_json, read_jsonl
 
@@ -55,26 +55,48 @@ class RunPaths:
         return self.root / RUN_INFO
 
 
-def guard_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool, backend: str | None = None) -> None:
+RunDirState = Literal["new", "resume", "restart"]
+
+
+def guard_run_dir(paths: RunPaths, *, spec_yaml: str, resume: bool, backend: str | None = None) -> RunDirState:
     """The rule every backend applies before training into `paths.root`: never overwrite a run silently; on
     resume, refuse a folder with no run, another backend's run or a different spec. Reads only: every refusal
-    leaves the folder as it was (the backend checks its resolved config next, also before any write)."""
+    leaves the folder as it was (the backend checks its resolved config next, also before any write).
+
+    Returns what the backend does: "new" (an empty or absent folder), "resume", or "restart": the folder holds a
+    start in which no step completed (a failed start), so nothing in it is worth keeping and it is trained again
+    from step 1 (with or without --resume, with the same or a changed spec); the backend says so in one line."""
     root = paths.root
     if root.exists() and not root.is_dir():
         raise RecordError(f"--out: {str(root)!r} is a file, not a folder (fix: a folder path for the run)")
-    if not resume:
-        if root.exists() and any(not _is_lock(p) for p in root.iterdir()):
-            raise RecordError(f"--out: {str(root)!r} is not empty (fix: a new folder, or --resume to continue it)")
-        return
+    if not root.exists() or all(_is_lock(p) for p in root.iterdir()):
+        if resume:
+            raise RecordError(f"--resume: {str(root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
+        return "new"
     if not paths.spec.exists():
-        raise RecordError(f"--resume: {str(root)!r} holds no run (no spec.yaml; fix: drop --resume for a new run)")
+        raise RecordError(f"--out: {str(root)!r} is not empty and holds no twinrun run (fix: a new folder"
+                          + (", or drop --resume" if resume else "") + ")")
+    done = completed_steps(paths)
+    if done == 0:
+        return "restart"
+    if not resume:
+        raise RecordError(f"--out: {str(root)!r} is not empty: it holds a run with {done} completed step(s) (fix: "
+                          "--resume to continue it, or a new folder)")
     recorded = recorded_backend(paths)
     if backend is not None and recorded is not None and recorded != backend:
         raise RecordError(f"--backend: {backend!r}, but {str(root)!r} holds a {recorded} run (fix: --backend "
                           f"{recorded} to resume it, or a new --out for a {backend} run)")
     if _trained_part(paths.spec.read_text(encoding="utf-8")) != _trained_part(spec_yaml):
-        raise RecordError(f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec "
-                          "and --set overrides, or start a new --out)")
+        raise RecordError(f"--resume: {paths.spec} holds a different spec and {done} completed step(s) (fix: "
+                          "resume with the same spec and --set overrides, or start a new --out)")
+    return "resume"
+
+
+def restart_line(paths: RunPaths, spec_yaml: str, backend: str) -> str:
+    """The one line a backend prints when it trains a failed start's folder again."""
+    changed = paths.spec.exists() and _trained_part(paths.spec.read_text(encoding="utf-8")) != _trained_part(spec_yaml)
+    return (f"{backend}: no step of {paths.root} completed (a start that failed); training it again from step 1"
+            + (" with the changed spec" if changed else ""))
 
 
 def recorded_backend(paths: RunPaths) -> str | None:

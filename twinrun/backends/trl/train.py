@@ -70,7 +70,7 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
     from twinrun.core.curation import CurationRuntime
     from twinrun.core.records import RunPaths, guard_run_dir, provenance
     from twinrun.core.rewards import token_counter
-    from twinrun.core.run_dir import start_run_dir
+    from twinrun.core.run_dir import restart_line, start_run_dir
     from twinrun.core.run_lock import check_unlocked, folder_lock
     from twinrun.core.tracking import step_reporter
     from twinrun.models.warmstart import final_tool_result, resolve_curator_model
@@ -91,7 +91,12 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
     if is_main:
         if held is not None:
             check_unlocked(paths.root)  # another writer: refused before anything else is said or done
-        guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl")
+        folder_state = guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl")
+        if folder_state == "restart":  # a failed start (no step completed): trained again from step 1
+            log(restart_line(paths, spec_yaml, "trl"))
+    else:  # the other ranks: a failed start has no complete checkpoint, so they find none either
+        folder_state = "resume" if resume else "new"
+    restart = folder_state == "restart"
 
     resume_from: Path | None = None
     done = 0  # steps already complete (a resume continues after them)
@@ -103,7 +108,7 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
         model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
     config, resolved = grpo_config(kwargs, paths, model_path)
     if is_main:
-        check_resolved_config(paths, resolved, resume=resume)
+        check_resolved_config(paths, resolved, resume=resume and not restart)
     if resume and done >= spec.steps:
         if is_main:
             log(f"trl: {paths.root} already holds all {spec.steps} steps; nothing to do")
@@ -112,12 +117,12 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
         if held is not None:
             held.enter_context(folder_lock(paths.root))
             # again under the lock: another writer may have finished with the folder since
-            guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl")
+            restart = guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl") == "restart"
         start_run_dir(paths, spec_yaml=spec_yaml, backend="trl")
         write_resolved_config(paths, resolved)
-        if resume:
+        if resume or restart:
             truncate_records(paths, done)
-    if resume and is_main:  # one line, not one per rank
+    if resume and is_main and not restart:  # one line, not one per rank
         log(f"trl: resuming {paths.root} after step {done}" if last else f"trl: no complete checkpoint in {paths.root}; starting at step 1")
     state.wait_for_everyone()
     with ExitStack() as closing:

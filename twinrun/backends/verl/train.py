@@ -50,7 +50,7 @@ from twinrun.backends.verl.names import (
 from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
-from twinrun.core.run_dir import start_run_dir
+from twinrun.core.run_dir import restart_line, start_run_dir
 from twinrun.core.run_lock import check_unlocked, folder_lock
 from twinrun.core.step_health import MissingTurnsError
 from twinrun.core.tracking import step_reporter
@@ -114,12 +114,17 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)  # the TRL backend's text
     if hold_lock:
         check_unlocked(paths.root)  # another writer: refused before anything else is said or done
-    _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume, create=False)  # every guard, before the first write
+    # every guard, before the first write
+    restart = _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume, create=False) == "restart"
+    if restart:  # a failed start (no step completed): trained again from step 1
+        log(restart_line(paths, spec_yaml, "verl"))
     with folder_lock(paths.root) if hold_lock else nullcontext(None) as lock_fd:
         # again under the lock: another writer may have finished with the folder since
-        _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume)
-        return _train_locked(spec, paths, dirs, overrides, resolved, spec_yaml, resume=resume, log=log,
-                             lock_fd=lock_fd, t0=t0)
+        restart = _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume) == "restart"
+        if restart:
+            _truncate_records(paths, keep_steps_below=0)
+        return _train_locked(spec, paths, dirs, overrides, resolved, spec_yaml, resume=resume and not restart,
+                             log=log, lock_fd=lock_fd, t0=t0)
 
 
 def _train_locked(spec: Any, paths: RunPaths, dirs: VerlRunDirs, overrides: dict[str, Any], resolved: dict[str, Any],
@@ -255,11 +260,11 @@ def resolved_config(spec: Any, overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prepare_run_dir(paths: RunPaths, dirs: VerlRunDirs, spec_yaml: str, resolved: dict[str, Any],
-                     resume: bool, *, create: bool = True) -> None:
+                     resume: bool, *, create: bool = True) -> str:
     """Refuse to overwrite a run; on resume refuse another backend's run, a different spec or resolved config (as
     the TRL backend), all before anything in the folder changes; then create verl's folders."""
-    guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="verl")
-    if resume:
+    state = guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="verl")
+    if state == "resume":
         cfg = paths.resolved_config
         if cfg.exists():
             old = json.loads(cfg.read_text(encoding="utf-8"))
@@ -271,6 +276,7 @@ def _prepare_run_dir(paths: RunPaths, dirs: VerlRunDirs, spec_yaml: str, resolve
     if create:
         for d in (paths.root, dirs.verl, dirs.logs):
             d.mkdir(parents=True, exist_ok=True)
+    return state
 
 
 def _first_difference(old: Any, new: Any, prefix: str = "") -> str:
