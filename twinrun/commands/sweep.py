@@ -73,6 +73,7 @@ def sweep_cmd(
         sets = [*sets, f"executor.model={executor}"]
     spec = spec_from_cli(spec_path, sets)
     base_reps, run_reps = parse_replicates(replicates)
+    _check_inputs(spec, out, run_dirs, run_reps)
     if curator == "hf":
         def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
             return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
@@ -102,10 +103,22 @@ def sweep_cmd(
     typer.echo(f"next: twinrun compare {out} --baseline {sw.BASELINE}")
 
 
+def _check_inputs(spec: object, out: Path, run_dirs: list[str], run_reps: dict) -> None:
+    """Refusals that must come before the sweep folder is created (issue 30)."""
+    from twinrun.core.preflight import check_replicate_steps, check_skills, check_sweep_out
+
+    check_sweep_out(out)
+    check_skills(spec)
+    check_replicate_steps(run_dirs, run_reps)
+
+
 def _one_writer(out: Path) -> contextlib.AbstractContextManager[int]:
     """The sweep folder's lock (core.run_lock), held while the sweep writes: a second sweep into it is refused in
-    one line naming the holder's pid; a holder that died left no lock."""
+    one line naming the holder's pid; a holder that died left no lock. Before it, the checks whose refusal must
+    leave no file behind (a training run's folder as --out, a bad skills.human_skills folder)."""
+    from twinrun.core.preflight import check_sweep_out
     from twinrun.core.run_lock import check_unlocked, folder_lock
 
+    check_sweep_out(out)
     check_unlocked(out)
     return folder_lock(out)

@@ -30,8 +30,14 @@ def train(
     from twinrun.backends import registry
 
     spec = spec_from_cli(spec_path, sets)
+    known = sorted(registry.BACKENDS)
+    if backend not in known:
+        raise TwinrunError(f"--backend: {backend!r} is not a backend (fix: one of {', '.join(known)})")
     if backend not in spec.backends:
         raise TwinrunError(f"--backend: {backend!r} is not in the spec's backends {spec.backends} (fix: add it there)")
+    from twinrun.core.preflight import check_skills
+
+    check_skills(spec)  # a bad skills.human_skills folder: refused before the run folder exists
     plan = build_plan(spec)
     if not plan["counts_equal"]:
         raise TwinrunError(

@@ -105,15 +105,17 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     t0 = time.perf_counter()
     paths = RunPaths(Path(out_dir).resolve())
     dirs = VerlRunDirs(paths.root)
+    spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)  # the TRL backend's text
+    if hold_lock:
+        check_unlocked(paths.root)  # another writer: refused before anything else is said or done
+    # the folder, backend and spec, before the warm start is built (minutes); the resolved config below
+    guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="verl")
     model = resolve_curator(spec, cache_dir)
     overrides = build_overrides(spec, paths, dirs, model)
     if keep_row_tokens:
         overrides[f"+trainer.{ROW_TOKENS_KEY}"] = True
     resolved = resolved_config(spec, overrides)
 
-    spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)  # the TRL backend's text
-    if hold_lock:
-        check_unlocked(paths.root)  # another writer: refused before anything else is said or done
     # every guard, before the first write
     restart = _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume, create=False) == "restart"
     if restart:  # a failed start (no step completed): trained again from step 1

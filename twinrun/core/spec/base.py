@@ -20,4 +20,5 @@ class SpecError(TwinrunError, ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    # allow_inf_nan=False: `--set optimizer.lr=.inf` (or nan) is refused like any other bad number
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)

@@ -46,7 +46,9 @@ _KINDS = {"model": "a section (mapping)", "dict": "a mapping", "float": "a numbe
 
 def _format_error(err: ValidationError) -> str:
     """The first validation error as one line: `field.path: value rule (fix: ...)`."""
-    e = err.errors()[0]
+    # an unknown key first: a typo of a required key (groups_per_stepp) is reported with its suggestion, not as
+    # the required key missing
+    e = min(err.errors(), key=lambda x: x["type"] != "extra_forbidden")
     loc = ".".join(str(p) for p in e["loc"])
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
@@ -64,6 +66,8 @@ def _format_error(err: ValidationError) -> str:
         fix = "use a value " + " and ".join(f"{_BOUNDS[k]} {v}" for k, v in ctx.items() if k in _BOUNDS)
     elif "pattern" in ctx:
         fix = f"match {ctx['pattern']}"
+    elif e["type"] == "finite_number":
+        fix = "a finite number"
     elif e["type"].endswith("_type") or e["type"].endswith("_parsing"):
         fix = _KINDS.get(e["type"].split("_")[0], "see experiments/smoke-cpu.yaml")
     else:
@@ -81,6 +85,8 @@ def _coerce(raw: str) -> Any:
 
 def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     """Apply dotted `key.path=value` overrides to a raw spec dict (before validation)."""
+    if sets and not isinstance(data, dict):
+        raise SpecError(f"spec: top level is {type(data).__name__}, not a mapping (fix: a YAML mapping of sections)")
     for item in sets:
         if "=" not in item:
             raise SpecError(f"--set: {item!r} is not key=value (fix: e.g. --set optimizer.lr=1e-6)")
@@ -121,6 +127,11 @@ def load_spec(path: str | Path, sets: list[str] | None = None) -> ExperimentSpec
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"spec: {str(p)!r} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}; fix: "
+                        "save it as UTF-8)") from None
+    except IsADirectoryError:
+        raise SpecError(f"spec: {str(p)!r} is a folder (fix: pass the spec's YAML file)") from None
     except OSError as e:
         raise SpecError(f"spec: {str(p)!r} cannot be read ({e.strerror}; fix: pass an existing YAML file)") from None
     try:
