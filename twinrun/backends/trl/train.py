@@ -218,12 +218,12 @@ def grpo_config(kwargs: dict[str, Any], paths: Any, model_path: str) -> tuple[An
 
 def preflight(spec: Any, out_dir: str | Path, *, resume: bool, cache_dir: str | Path | None,
               data_root: str | Path | None = None, log: Any = print) -> None:
-    """``--launch``: every check rank 0 makes before its first write (another writer, the folder, backend, spec,
-    resolved config), made in the launching process before torchrun starts, so a refusal is one line and not a
-    dump from every rank; the warm start is built here too, with every core (under torchrun, rank 0 would build
-    it with OMP_NUM_THREADS=1 while the other ranks wait). Writes nothing into the run folder."""
-    from twinrun.backends.trl.compile import compile_spec
-    from twinrun.backends.trl.records import check_resolved_config
+    """``--launch``: the checks rank 0 makes before its first write (another writer, the folder, backend, spec),
+    made in the launching process before torchrun starts, so a refusal is one line and not a dump from every rank;
+    the warm start is built here too, with every core (under torchrun, rank 0 would build it with
+    OMP_NUM_THREADS=1 while the other ranks wait). Writes nothing into the run folder. The resolved GRPOConfig is
+    compared by rank 0 (still before any write): GRPOConfig derives some values (generation_batch_size) from the
+    world size, which this one process does not have."""
     from twinrun.core.records import RunPaths, guard_run_dir
     from twinrun.core.run_lock import check_unlocked
     from twinrun.models.warmstart import resolve_curator_model
@@ -231,8 +231,7 @@ def preflight(spec: Any, out_dir: str | Path, *, resume: bool, cache_dir: str | 
     paths = RunPaths(Path(out_dir))
     check_unlocked(paths.root)
     guard_run_dir(paths, spec_yaml=_spec_yaml(spec), resume=resume, backend="trl")
-    model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=dict(os.environ), log=log)
-    check_resolved_config(paths, grpo_config(dict(compile_spec(spec).config), paths, model_path)[1], resume=resume)
+    resolve_curator_model(spec, cache_dir, data_root=data_root, environ=dict(os.environ), log=log)
 
 
 def _spec_yaml(spec: Any) -> str:
