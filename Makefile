@@ -1,6 +1,7 @@
 # twinrun: `make demo` runs the embedded default arm (experiments/smoke-cpu.yaml) end to end on CPU;
-# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the test suite. All create the one
-# virtual environment first (see README "Environment").
+# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the fast tier (every test not marked
+# slow, a few minutes: what a change is checked with), `make test-all` the whole suite (what .ci/run runs). All
+# create the one virtual environment first (docs/install.md).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,7 +21,7 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env demo learn test test-fast plan bench clean-demo
+.PHONY: env demo learn test test-all test-fast plan bench clean-demo
 
 env: $(VENV)/.installed
 
@@ -45,12 +46,17 @@ learn: env
 	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
 	$(BIN)/python bench/learning.py --out $(LEARN_OUT)
 
+# exit status 5 = pytest collected nothing (a wrong path or marker): a failure here, not a pass
 test: env
+	@$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+test-all: env
 	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
-test-fast: env
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+# the old name of the fast tier
+test-fast: test
 
 plan: env
 	$(BIN)/twinrun plan experiments/skillos-alfworld-qwen3-8b.yaml
