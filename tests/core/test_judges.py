@@ -311,11 +311,13 @@ def test_what_changes_verdicts_changes_the_settings_hash_and_the_cache_key_and_b
 
 
 def test_backoff_doubles_with_jitter_up_to_its_cap() -> None:
-    """Over many draws: attempt a waits backoff_s * 2^a * U(0.75, 1.25), never more than backoff_max_s."""
-    free = OpenAIJudge(base_url="http://x/v1", model="m", prompt=PROMPT, backoff_s=10.0)
-    capped = OpenAIJudge(base_url="http://x/v1", model="m", prompt=PROMPT, backoff_s=10.0, backoff_max_s=60.0)
-    for attempt, (lo, hi) in enumerate([(7.5, 12.5), (15.0, 25.0), (30.0, 50.0), (60.0, 100.0)]):
-        waits = [free._delay(attempt) for _ in range(2000)]
+    """Over many draws: retry n waits backoff_s * 2^(n-1) * U(0.75, 1.25), never more than backoff_max_s (the
+    judge's spec fields feed the one retry policy of core.endpoints)."""
+    free = OpenAIJudge(base_url="http://x/v1", model="m", prompt=PROMPT, backoff_s=10.0).retry_policy()
+    capped = OpenAIJudge(base_url="http://x/v1", model="m", prompt=PROMPT, backoff_s=10.0,
+                         backoff_max_s=60.0).retry_policy()
+    for retry, (lo, hi) in enumerate([(7.5, 12.5), (15.0, 25.0), (30.0, 50.0), (60.0, 100.0)], start=1):
+        waits = [free.delay(retry) for _ in range(2000)]
         assert lo <= min(waits) and max(waits) <= hi and abs(sum(waits) / len(waits) - (lo + hi) / 2) < 0.05 * hi
-        assert max(capped._delay(attempt) for _ in range(2000)) <= 60.0
-    assert {capped._delay(4) for _ in range(100)} == {60.0}  # 160 * U(0.75, 1.25) is always over the cap
+        assert max(capped.delay(retry) for _ in range(2000)) <= 60.0
+    assert {capped.delay(5) for _ in range(100)} == {60.0}  # 160 * U(0.75, 1.25) is always over the cap

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from twinrun.core.openai_judge import _PLACEHOLDERS, _RETRY_STATUS, OpenAIJudge, _Retryable  # noqa: F401
+from twinrun.core.openai_judge import _PLACEHOLDERS, OpenAIJudge  # noqa: F401 (re-exported)
 from twinrun.core.rules_judge import _STEP_RE, _WORD_RE, RulesJudge  # noqa: F401 (re-exported)
 from twinrun.core.skill_md import Skill, SkillFormatError, parse_skill_md  # noqa: F401 (re-exported)
 from twinrun.core.verdicts import (  # noqa: F401 (re-exported: callers import them from here)

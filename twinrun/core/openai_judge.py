@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import random
 import threading
-import time
 from typing import Any
 
+from twinrun.core.endpoints import EndpointFailed, HttpxTransport, Retry, RetryPolicy, post_json, retryable_status
 from twinrun.core.verdicts import (
     JudgeError,
     JudgeRequest,
@@ -20,12 +18,6 @@ from twinrun.core.verdicts import (
 )
 
 _PLACEHOLDERS = ("{{skill}}", "{{task}}", "{{trajectory}}", "{{outcome}}")
-_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-
-
-class _Retryable(Exception):
-    pass
-
 
 class OpenAIJudge:
     """Ask an OpenAI-compatible chat endpoint for a JSON verdict.
@@ -35,8 +27,8 @@ class OpenAIJudge:
     skill (and any context) is the user message. Every request carries ``temperature`` and ``max_tokens``, and
     ``chat_template_kwargs: {enable_thinking: thinking}`` when ``thinking`` is not None (None: the chat template
     decides; Qwen3 thinks). Transport errors, timeouts and HTTP 408/409/425/429/5xx are retried ``retries`` times
-    with exponential backoff (``backoff_s``·2^attempt, ±25% jitter, at most ``backoff_max_s`` when set); any
-    failure that remains, and any answer without a verdict, is unmeasured (None).
+    by the one policy of :mod:`twinrun.core.endpoints` (retry n waits ``backoff_s``·2^(n-1), ±25% jitter, at most
+    ``backoff_max_s`` when set); any failure that remains, and any answer without a verdict, is unmeasured (None).
     """
 
     name = "openai"
@@ -123,13 +115,13 @@ class OpenAIJudge:
     _ENDPOINT = "judge endpoint"
     _parse = staticmethod(parse_verdict)
 
-    def _read(self, resp: Any) -> Verdict:
-        if resp.status_code in _RETRY_STATUS:
-            raise _Retryable(f"HTTP {resp.status_code}")
-        if resp.status_code != 200:
-            return Verdict(None, f"{self._NO_VERDICT}: HTTP {resp.status_code} from the {self._ENDPOINT}")
+    def _read(self, status: int, text: str) -> Verdict:
+        if retryable_status(status):
+            raise Retry(f"HTTP {status}")
+        if status != 200:
+            return Verdict(None, f"{self._NO_VERDICT}: HTTP {status} from the {self._ENDPOINT}")
         try:
-            content = resp.json()["choices"][0]["message"]["content"]
+            content = json.loads(text)["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
             return Verdict(None, f"{self._NO_VERDICT}: the endpoint's answer is not a chat completion")
         valid, reason = self._parse(content)
@@ -141,9 +133,12 @@ class OpenAIJudge:
         with self._client_lock:
             self.calls += 1
 
-    def _delay(self, attempt: int) -> float:
-        delay = self.backoff_s * (2**attempt) * random.uniform(0.75, 1.25)
-        return delay if self.backoff_max_s is None else min(delay, self.backoff_max_s)
+    def retry_policy(self) -> RetryPolicy:
+        """The retries and backoff of the next request (read per call: they may be changed between calls)."""
+        return RetryPolicy(self.retries, self.backoff_s, self.backoff_max_s)
+
+    def _failed(self, e: EndpointFailed) -> Verdict:
+        return Verdict(None, f"unmeasured: judge endpoint failed {e.attempts} times ({e.reason})")
 
     # -- sync
     def _sync_client(self) -> Any:
@@ -155,21 +150,18 @@ class OpenAIJudge:
             return self._client
 
     def _ask(self, request: JudgeRequest) -> Verdict:
-        import httpx
-
         body = self._body(request)
         client = self._sync_client()
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self._delay(attempt - 1))
-            try:
-                self._count_call()
-                resp = client.post(f"{self.base_url}/chat/completions", json=body, headers=self._headers())
-                return self._read(resp)
-            except (httpx.HTTPError, _Retryable) as e:
-                last = f"{type(e).__name__}: {e}"
-        return Verdict(None, f"unmeasured: judge endpoint failed {self.retries + 1} times ({last})")
+
+        def attempt() -> Verdict:
+            self._count_call()
+            return self._read(*post_json(client, f"{self.base_url}/chat/completions", body,
+                                         headers=self._headers(), timeout_s=self.timeout_s))
+
+        try:
+            return self.retry_policy().run(attempt)
+        except EndpointFailed as e:
+            return self._failed(e)
 
     def judge(self, request: JudgeRequest) -> Verdict:
         key = self.cache_key(request)
@@ -182,21 +174,20 @@ class OpenAIJudge:
 
     # -- async (verl's agent loop)
     async def _aask(self, request: JudgeRequest) -> Verdict:
-        import httpx
-
         body = self._body(request)
-        last = ""
-        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
-            for attempt in range(self.retries + 1):
-                if attempt:
-                    await asyncio.sleep(self._delay(attempt - 1))
-                try:
-                    self._count_call()
-                    resp = await client.post(f"{self.base_url}/chat/completions", json=body, headers=self._headers())
-                    return self._read(resp)
-                except (httpx.HTTPError, _Retryable) as e:
-                    last = f"{type(e).__name__}: {e}"
-        return Verdict(None, f"unmeasured: judge endpoint failed {self.retries + 1} times ({last})")
+        # a client per call: verl's agent loop calls from several event loops, and a client is bound to one
+        transport = HttpxTransport(f"{self.base_url}/chat/completions", self._headers(), self.timeout_s)
+
+        async def attempt() -> Verdict:
+            self._count_call()
+            return self._read(*await transport.post(0, body))
+
+        try:
+            return await self.retry_policy().arun(attempt)
+        except EndpointFailed as e:
+            return self._failed(e)
+        finally:
+            await transport.aclose()
 
     async def ajudge(self, request: JudgeRequest) -> Verdict:
         key = self.cache_key(request)

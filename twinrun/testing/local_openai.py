@@ -16,7 +16,7 @@ model and messages. `/v1/models` says `owned_by: "vllm"`;
 VLLM_SERVER_DEV_MODE=1.
 
     with LocalOpenAIServer(lambda req: "<think>x</think><action>look</action>", latency_s=0.05) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="x")
+        httpx.post(f"{srv.base_url}/chat/completions", json={"model": "m", "messages": [...]})
 """
 
 from __future__ import annotations

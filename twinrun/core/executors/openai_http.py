@@ -1,9 +1,9 @@
 """The ``openai`` executor policy: any OpenAI-compatible chat endpoint (a vLLM server in real runs).
 
 Async; one slot queue bounds the in-flight calls of *every* episode sharing the policy (all episodes of a
-training step); per-call timeout; retries with exponential backoff on timeouts, connection errors, 408/409/429 and
-5xx. A call that still fails raises InfrastructureError -> the episode is ``unmeasured`` with the reason. No
-action is ever substituted.
+training step); per-call timeout; retries by the one policy of :mod:`twinrun.core.endpoints` (timeouts, connection
+errors, 408/409/425/429, 5xx and unreadable answers; exponential backoff with jitter). A call that still fails
+raises InfrastructureError -> the episode is ``unmeasured`` with the reason. No action is ever substituted.
 
 Before its first chat request the policy asks the server what it applies to the decoding fields a request leaves
 out (:mod:`twinrun.core.executors.sampling`), records it with every episode, and prints one warning line when it
@@ -14,11 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from twinrun.core.endpoints import (
+    AiohttpTransport,
+    EndpointFailed,
+    Fatal,
+    HttpxTransport,
+    Retry,
+    RetryPolicy,
+    retryable_status,
+)
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.executors.sampling import (
     ServerDefaults, decoding_warning, sampling_record, vllm_assumed_defaults, vllm_server_defaults,
@@ -32,9 +40,6 @@ def print_warning(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-_RETRY_STATUS = {408, 409, 429}
-
-
 class OpenAIPolicy:
     """Chat completions against an OpenAI-compatible endpoint, with a concurrency bound shared by all episodes
     that use this object. Counters: `calls` (logical calls), `attempts` (HTTP requests), `retries_done`,
@@ -44,7 +49,7 @@ class OpenAIPolicy:
     models cost ~3 ms of CPU per call, which at 128 calls in flight is most of a core. `http_client`:
     "aiohttp" (~0.5 ms/call), "httpx" (~1.4 ms/call; a base dependency) or "auto" (aiohttp when installed).
     A request takes a slot token from a queue of `concurrency` tokens (held for one attempt, not during
-    backoff); httpx clients are sharded by slot (`connections_per_client` each) because httpcore's pool scans
+    backoff: retry n waits `backoff_s` * 2^(n-1) +-25%, at most `max_backoff_s`); httpx clients are sharded by slot (`connections_per_client` each) because httpcore's pool scans
     every connection on every request event (bench/executor_throughput.py).
 
     Decoding: temperature, top_p and max_tokens are sent unless set to None (reasoning models reject them: the
@@ -130,9 +135,9 @@ class OpenAIPolicy:
             headers = {"Authorization": f"Bearer {self.api_key}"}
             self._probe = None
             if kind == "aiohttp":
-                self._transport = _AiohttpTransport(url, headers, self.timeout_s, self.concurrency)
+                self._transport = AiohttpTransport(url, headers, self.timeout_s, self.concurrency)
             else:
-                self._transport = _HttpxTransport(url, headers, self.timeout_s, self.concurrency, self.per_client)
+                self._transport = HttpxTransport(url, headers, self.timeout_s, self.concurrency, self.per_client)
         elif loop is not self._loop:
             raise TwinrunError(
                 "openai executor: used from two event loops (fix: run every episode on the runtime's BackgroundLoop)"
@@ -195,17 +200,17 @@ class OpenAIPolicy:
         await asyncio.shield(self._probe)
 
     async def _post(self, slot: int, body: dict[str, Any]) -> str:
-        """One HTTP attempt. Returns the text; raises _Retry / _Fatal with the reason."""
+        """One HTTP attempt. Returns the text; raises Retry / Fatal with the reason."""
         status, text = await self._transport.post(slot, body)
         if status != 200:
             reason = f"HTTP {status}: {text[:200]}"
-            if status >= 500 or status in _RETRY_STATUS:
-                raise _Retry(reason)
-            raise _Fatal(reason)  # a malformed request does not get better by retrying
+            if retryable_status(status):
+                raise Retry(reason)
+            raise Fatal(reason)  # a malformed request does not get better by retrying
         try:
             content = json.loads(text)["choices"][0]["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            raise _Retry(f"malformed response ({type(e).__name__}: {text[:120]!r})") from e
+            raise Retry(f"malformed response ({type(e).__name__}: {text[:120]!r})") from e
         return content or ""
 
     async def complete(self, messages: list[dict[str, str]], **overrides: Any) -> str:
@@ -215,29 +220,31 @@ class OpenAIPolicy:
         await self._asked_server()
         self.calls += 1
         body = {"model": self.model, "messages": messages, **self.sampling_params(), **overrides}
-        last = "no attempt"
-        attempt = 0
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.retries_done += 1
-                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
-                await asyncio.sleep(delay * (0.5 + random.random() / 2))  # jitter: timing only, never outcomes
-            slot = await self._slots.get()  # held for the attempt only, not during backoff
+        slots = self._slots
+
+        async def attempt() -> str:
+            slot = await slots.get()  # held for the attempt only, not during backoff
             self.attempts += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
                 return await self._post(slot, body)
-            except _Retry as e:
-                last = str(e)
-            except _Fatal as e:
-                last = str(e)
-                break
             finally:
                 self.in_flight -= 1
-                self._slots.put_nowait(slot)
-        self.failed_calls += 1
-        raise InfrastructureError(f"{self.base_url} failed after {attempt + 1} attempt(s): {last}")
+                slots.put_nowait(slot)
+
+        try:
+            return await self.retry_policy().arun(attempt, on_retry=self._count_retry)
+        except EndpointFailed as e:
+            self.failed_calls += 1
+            raise InfrastructureError(f"{self.base_url} failed after {e.attempts} attempt(s): {e.reason}") from None
+
+    def retry_policy(self) -> RetryPolicy:
+        """The retries and backoff of the next call (read per call: they may be changed between calls)."""
+        return RetryPolicy(self.retries, self.backoff_s, self.max_backoff_s)
+
+    def _count_retry(self) -> None:
+        self.retries_done += 1
 
     async def act(self, messages: list[dict[str, str]], view: TurnView) -> str:
         return await self.complete(messages)
@@ -247,94 +254,3 @@ class OpenAIPolicy:
         if transport is not None:
             await transport.aclose()
         self._loop = None
-
-
-class _Retry(Exception):
-    pass
-
-
-class _Fatal(Exception):
-    pass
-
-
-class _AiohttpTransport:
-    name = "aiohttp"
-
-    def __init__(self, url: str, headers: dict[str, str], timeout_s: float, concurrency: int):
-        import aiohttp
-
-        self._aiohttp = aiohttp
-        self.url = url
-        self.session = aiohttp.ClientSession(
-            headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s),
-            connector=aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency),
-        )
-        self.timeout_s = timeout_s
-
-    async def post(self, slot: int, body: dict[str, Any]) -> tuple[int, str]:
-        try:
-            async with self.session.post(self.url, json=body) as resp:
-                return resp.status, await resp.text()
-        except asyncio.TimeoutError as e:
-            raise _Retry(f"timeout after {self.timeout_s:g} s") from e
-        except self._aiohttp.ClientError as e:
-            raise _Retry(f"{type(e).__name__}: {str(e)[:200]}") from e
-
-    async def get(self, url: str) -> tuple[int, str]:
-        """One GET for server metadata; (0, reason) when the server cannot be reached."""
-        try:
-            async with self.session.get(url) as resp:
-                return resp.status, await resp.text()
-        except (asyncio.TimeoutError, self._aiohttp.ClientError) as e:
-            return 0, f"{type(e).__name__}: {e}"
-
-    async def aclose(self) -> None:
-        await self.session.close()
-
-
-class _HttpxTransport:
-    name = "httpx"
-
-    def __init__(self, url: str, headers: dict[str, str], timeout_s: float, concurrency: int, per_client: int):
-        import httpx
-
-        self._httpx = httpx
-        self.url = url
-        self.per_client = per_client
-        self.timeout_s = timeout_s
-        tls = _tls_context()  # one CA bundle load for all shards
-        self.clients = [
-            httpx.AsyncClient(timeout=timeout_s, verify=tls, headers=headers,
-                              limits=httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client))
-            for _ in range(-(-concurrency // per_client))
-        ]
-
-    async def post(self, slot: int, body: dict[str, Any]) -> tuple[int, str]:
-        httpx = self._httpx
-        try:
-            resp = await self.clients[slot // self.per_client].post(self.url, json=body)
-            return resp.status_code, resp.text
-        except httpx.TimeoutException as e:
-            raise _Retry(f"timeout after {self.timeout_s:g} s ({type(e).__name__})") from e
-        except httpx.HTTPError as e:
-            raise _Retry(f"{type(e).__name__}: {str(e)[:200]}") from e
-
-    async def get(self, url: str) -> tuple[int, str]:
-        """One GET for server metadata; (0, reason) when the server cannot be reached."""
-        try:
-            resp = await self.clients[0].get(url)
-            return resp.status_code, resp.text
-        except self._httpx.HTTPError as e:
-            return 0, f"{type(e).__name__}: {e}"
-
-    async def aclose(self) -> None:
-        for c in self.clients:
-            await c.aclose()
-
-
-def _tls_context() -> Any:
-    import ssl
-
-    import certifi
-
-    return ssl.create_default_context(cafile=certifi.where())
