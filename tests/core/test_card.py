@@ -119,6 +119,26 @@ def test_card_table_matches_compare_json(tmp_path, spec, tiny):
     fm = yaml.safe_load(readme.split("---", 2)[1])
     assert fm["base_model"] == "Qwen/Qwen3-8B" and fm["license"] == "apache-2.0" and fm["datasets"] == ["alfworld"]
     assert {"twinrun", "trl", "verl", "alfworld", "grpo"} <= set(fm["tags"])
+    # the model-index the Hub renders: read back by huggingface_hub, one result per number of the table
+    from huggingface_hub import ModelCard
+
+    assert fm["model-index"][0]["results"]
+    hub = ModelCard(readme).data
+    shown = {(e.metric_name, e.metric_config): e.metric_value for e in hub.eval_results}
+    picked = {a["arm"]: a for a in result["arms"]}
+    table_arms = {r["checkpoint"].strip("`") for r in _table(readme)}
+    for arm in table_arms:
+        sub = f"{picked[arm]['run']}-step-{picked[arm]['checkpoint']:06d}"
+        assert shown[(f"{arm} success rate (%)", sub)] == round(100 * picked[arm]["success_rate"], 2)
+        assert shown[(f"{arm} lift over the baseline (pp)", sub)] == round(100 * picked[arm]["lift"], 2)
+    assert shown[("baseline (no memory) success rate (%)", "baseline")] == round(
+        100 * result["baseline"]["success_rate"], 2)
+    assert len(shown) == 2 * len(table_arms) + 1
+    assert {e.dataset_split for e in hub.eval_results} == {"valid_seen"}
+    # the scripted executor's line names what decides its play, not decoding it never does
+    executor_line = next(ln for ln in readme.splitlines() if ln.startswith("- Executor (frozen):"))
+    assert "kind scripted" in executor_line and "expert_prob" in executor_line and "max_turns" in executor_line
+    assert "temperature" not in executor_line and "max_tokens" not in executor_line
 
     # the table: each run's peak and final, every number = compare's
     rows = _table(readme)
@@ -206,3 +226,15 @@ def test_push_without_a_token_is_one_line_and_keeps_the_folder(tmp_path, monkeyp
     assert push_card(tmp_path / "card", str(tmp_path / "card"), log=lines.append) is None
     assert lines == [f"card: not pushed: no Hugging Face token (fix: `hf auth login` or HF_TOKEN); the card stays in "
                      f"{tmp_path / 'card'}"]
+
+
+def test_the_executor_settings_a_card_states_are_those_of_its_kind() -> None:
+    from twinrun.core.card import executor_settings
+
+    spec = {"kind": "openai", "model": "Qwen/Qwen3-8B", "temperature": 0.4, "top_p": 1.0, "top_k": None,
+            "max_tokens": 512, "max_turns": 30, "history": 3, "expert_prob": 1.0, "skill_effect": 0.0}
+    assert executor_settings(spec) == {"kind": "openai", "model": "Qwen/Qwen3-8B", "temperature": 0.4, "top_p": 1.0,
+                                       "max_tokens": 512, "max_turns": 30, "history": 3}
+    assert executor_settings({**spec, "kind": "scripted"}) == {"kind": "scripted", "expert_prob": 1.0,
+                                                               "skill_effect": 0.0, "max_turns": 30, "history": 3}
+    assert "presence_penalty" not in executor_settings({**spec, "kind": "hf", "presence_penalty": 0.5})

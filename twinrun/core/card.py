@@ -7,6 +7,10 @@ the file system allows). Every number in the card's table is read from the compa
 
 A checkpoint is copied only if its content is the one the sweep evaluated (the sweep manifest's checkpoint
 hash), so a card can never describe weights that were replaced after their evaluation.
+
+The front matter is ``huggingface_hub.ModelCardData``'s, with one ``eval_results`` entry per number the table
+states (each checkpoint's success rate and lift, the baseline's success rate): the ``model-index`` the Hub renders
+as the card's evaluation results.
 """
 
 from __future__ import annotations
@@ -22,10 +26,19 @@ from typing import Any
 
 import yaml
 
-from twinrun.core.errors import TwinrunError
+from twinrun.core.errors import DependencyMissing, TwinrunError
 from twinrun.core.records import atomic_write_json, atomic_write_text, publishing_dir
 
 CARD_SCHEMA_VERSION = 1
+# the executor settings that decide what each kind of executor does (core.executors.make_executor reads them);
+# a field that means nothing for the kind (temperature of the scripted stand-in) is not stated on the card
+EXECUTOR_CARD_FIELDS = {
+    "scripted": ("expert_prob", "skill_effect", "max_turns", "history"),
+    "openai": ("model", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty",
+               "max_tokens", "max_turns", "history"),
+    "hf": ("model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "max_turns",
+           "history"),
+}
 ADJUSTMENTS = {"holm": "Holm", "bh": "Benjamini-Hochberg", "bonferroni": "Bonferroni"}
 
 
@@ -255,30 +268,69 @@ def card_context(sweep_dir: Path, plan: Any, *, license: str, datasets: Sequence
         base_model=model if isinstance(model, str) and "/" in model and not Path(model).exists() else None,
         environment=env.get("name", "unknown"), task_types=list(env.get("task_types") or []), split=plan.split,
         game_ids=plan.game_ids, games_hash=plan.games_hash,
-        executor={k: ex.get(k) for k in ("kind", "model", "temperature", "top_p", "max_turns", "max_tokens")
-                  if ex.get(k) is not None},
+        executor=executor_settings(ex),
         executor_settings_hash=plan.executor_settings_hash,
         estimator=str((spec_data.get("algorithm") or {}).get("estimator", "")),
         runs=runs, twinrun_version=twinrun_version(), license=license,
         datasets=list(datasets) if datasets else [env.get("name", "unknown")], repo_id=repo_id)
 
 
-def front_matter(ctx: CardContext) -> dict[str, Any]:
-    fm: dict[str, Any] = {"license": ctx.license, "library_name": "transformers", "pipeline_tag": "text-generation",
-                          "tags": sorted({"twinrun", "skillos", "skill-curator", "reinforcement-learning",
-                                          ctx.environment, *(ctx.estimator and [ctx.estimator] or []),
-                                          *(r["backend"] for r in ctx.runs.values() if r.get("backend"))}),
-                          "datasets": ctx.datasets}
-    if ctx.base_model:
-        fm["base_model"] = ctx.base_model
-    return fm
+def executor_settings(ex: Mapping[str, Any]) -> dict[str, Any]:
+    """The executor's kind and the spec fields that apply to that kind (None = left to the server: not shown)."""
+    kind = ex.get("kind")
+    fields = EXECUTOR_CARD_FIELDS.get(str(kind), ("model", "max_turns"))
+    return {"kind": kind, **{k: ex[k] for k in fields if ex.get(k) is not None}} if kind else {}
+
+
+def eval_results(ctx: CardContext, facts: Mapping[str, Any], rows: Sequence[CardRow]) -> list[Any]:
+    """One ``huggingface_hub.EvalResult`` per measured number of the table: each checkpoint's success rate (%)
+    and lift over the same-sweep baseline (percentage points), and the baseline's success rate. The dataset is the
+    sweep's game list (its hash is the revision); the checkpoint is named in the metric and its subfolder in
+    ``metric_config``."""
+    from huggingface_hub import EvalResult
+
+    dataset = {"dataset_type": ctx.environment, "dataset_name": f"{ctx.environment} {ctx.split} "
+               f"({len(ctx.game_ids)} held-out games)", "dataset_split": ctx.split, "dataset_revision": ctx.games_hash}
+    task = {"task_type": "reinforcement-learning", "task_name": "skill curation (streaming, frozen executor)"}
+    out = []
+
+    def add(metric_type: str, name: str, value: float | None, config: str | None = None) -> None:
+        if value is not None and math.isfinite(value):
+            out.append(EvalResult(**task, **dataset, metric_type=metric_type, metric_name=name,
+                                  metric_value=round(100 * value, 2), metric_config=config))
+
+    for r in rows:
+        add("success_rate", f"{r.arm} success rate (%)", r.numbers.get("success_rate"), r.subfolder)
+        add("lift", f"{r.arm} lift over the baseline (pp)", r.numbers.get("lift"), r.subfolder)
+    add("success_rate", "baseline (no memory) success rate (%)", facts["baseline_rate"], facts["baseline_arm"])
+    return out
+
+
+def front_matter(ctx: CardContext, facts: Mapping[str, Any] | None = None, rows: Sequence[CardRow] = ()
+                 ) -> dict[str, Any]:
+    """The card's YAML as ``huggingface_hub.ModelCardData`` writes it: license, library, tags, datasets, base model
+    and (with the comparison's facts and the selected rows) the ``model-index`` of :func:`eval_results`."""
+    try:
+        from huggingface_hub import ModelCardData
+    except ImportError:
+        raise DependencyMissing("card: huggingface_hub is missing (fix: pip install 'twinrun[tracking]')") from None
+    results = eval_results(ctx, facts, rows) if facts is not None else []
+    data = ModelCardData(
+        license=ctx.license, library_name="transformers", pipeline_tag="text-generation",
+        tags=sorted({"twinrun", "skillos", "skill-curator", "reinforcement-learning", ctx.environment,
+                     *(ctx.estimator and [ctx.estimator] or []),
+                     *(r["backend"] for r in ctx.runs.values() if r.get("backend"))}),
+        datasets=ctx.datasets, base_model=ctx.base_model or None,
+        model_name=f"{ctx.spec_name}-curator" if results else None, eval_results=results or None,
+    )
+    return data.to_dict()
 
 
 def render_readme(ctx: CardContext, result: Mapping[str, Any], rows: Sequence[CardRow], adjust: str) -> str:
     facts = comparison_facts(result)
     repo = ctx.repo_id or "PATH/OR/REPO_ID"
     level = facts["level"] or 0.95
-    lines = ["---", yaml.safe_dump(front_matter(ctx), sort_keys=False).rstrip(), "---", "",
+    lines = ["---", yaml.safe_dump(front_matter(ctx, facts, rows), sort_keys=False).rstrip(), "---", "",
              f"# {ctx.spec_name}: skill-curator checkpoints", "",
              f"Curator checkpoints of the `{ctx.spec_name}` arm trained with twinrun under "
              f"{', '.join(sorted({r['backend'] for r in ctx.runs.values() if r.get('backend')}))}, evaluated on "
