@@ -8,7 +8,7 @@ from twinrun.cliutil import cache_dir
 
 
 def test_a_relative_cache_folder_is_made_absolute(monkeypatch, tmp_path):
-    """README's by-hand commands export TWINRUN_CACHE=.cache/twinrun; verl's child runs elsewhere, so a relative
+    """docs/running.md's by-hand commands export TWINRUN_CACHE=.cache/twinrun; verl's child runs elsewhere, so a relative
     path reached it as a hub repo id and training failed."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TWINRUN_CACHE", ".cache/twinrun")
@@ -19,7 +19,7 @@ def test_a_relative_cache_folder_is_made_absolute(monkeypatch, tmp_path):
 
 
 def test_relative_path_variables_reach_children_absolute(tmp_path):
-    """README's by-hand commands export ALFWORLD_DATA=../shared/data/alfworld: verl's agent-loop workers run in
+    """docs/running.md's by-hand commands export ALFWORLD_DATA=../shared/data/alfworld: verl's agent-loop workers run in
     another folder and failed with 'has no json_2.1.1/'; the CLI makes both variables absolute before any child."""
     import subprocess
     import sys

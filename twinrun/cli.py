@@ -43,7 +43,7 @@ _register_commands()
 
 
 # folders named by environment variables that child processes (verl's trainer, Ray workers) read again from their
-# own working directory: made absolute once here, so README's relative `../shared/data/alfworld` works there too
+# own working directory: made absolute once here, so the docs' relative `../shared/data/alfworld` works there too
 PATH_VARIABLES = ("ALFWORLD_DATA", "TWINRUN_CACHE")
 
 

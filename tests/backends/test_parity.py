@@ -35,7 +35,7 @@ WEIGHT_TOL = 3e-2  # see the module docstring: the fp32 + AdamW floor is ~2e-3 i
 FLOOR = 2  # the gradient verdicts here are held at FLOOR x the default tol: TRL's padding, see the first test
 # The recordings pin the smoke arm's earlier executor and rate (expert_prob 0.6, no skill effect, lr 1e-5): under
 # the skill-sensitive stand-in every group of step 1 wins and loses alike (every advantage 0, nothing to compare
-# there); these give every step a signal and are the conditions README's parity numbers were measured in.
+# there); these give every step a signal and are the conditions docs/measured.md's parity numbers were measured in.
 # `twinrun parity experiments/smoke-cpu.yaml` as is judges its first update that moved (update 2, 7.2e-5).
 AS_MEASURED = ["executor.expert_prob=0.6", "executor.skill_effect=0", "optimizer.lr=1e-5"]
 
@@ -76,7 +76,7 @@ def test_smoke_spec_gradients_agree_to_the_padding_floor(report):
     assert sorted(report["grads"], key=int) == ["1", "2", "3"]  # every optimizer update, both trainers
     assert report["judged_update"] == "1" and report["no_signal"] is None
     # FLOOR x tol: TRL's left padding of every micro-batch to the generation batch's longest prompt moves its
-    # gradient by ~1e-4 even in fp64 (README "Update parity"): 6.9e-5 to 1.3e-4 measured on these recordings as the
+    # gradient by ~1e-4 even in fp64 (docs/measured.md "Update parity"): 6.9e-5 to 1.3e-4 measured on these recordings as the
     # warm start changed; a semantic slip reads 0.4-1 (cut checks in the GiGPO test)
     assert report["rel_diff"] <= FLOOR * DEFAULT_TOL, report["grads"]["1"]["total"]
     for g in report["grads"]["1"]["groups"]:
@@ -143,7 +143,7 @@ def test_default_spec_per_position_gradients_agree_to_the_padding_floor(report_p
     rows = per_position.batch.trajectories * per_position.environment.group_size
     assert report_pp["replayed"].startswith(f"3 step(s) x {rows} rows")
     assert sorted(report_pp["grads"], key=int) == ["1", "2", "3"]
-    # Measured 9.99e-5: 0.1% under the default tol, and TRL's padding alone (README "Update parity": verl matches an
+    # Measured 9.99e-5: 0.1% under the default tol, and TRL's padding alone (docs/measured.md "Update parity": verl matches an
     # fp64 reference to 1e-6). Held at 2 x tol so another CPU's summation order cannot flip it; a semantic slip
     # reads 0.4-1 (the cut checks in the GiGPO test's docstring).
     assert report_pp["rel_diff"] <= FLOOR * DEFAULT_TOL, report_pp["grads"]["1"]["total"]
@@ -176,7 +176,7 @@ def test_gigpo_gradients_agree_with_core_advantages_in_both_trainers(recorded_pp
     """Fails when either replay trains on other advantages than core's. Cut checks (update 1's gradient): TRL's
     override removed (TRL recomputes GRPO advantages from the rewards) 0.43; verl given each rollout's first
     position's advantage on all its rows 0.65. Uncut: 1.03e-4 (the spec as is reads 9.99e-5; verl matches an fp64
-    reference gradient to ~1e-6, TRL to ~1e-4: README "Update parity"), hence 2 x tol here: this test guards the
+    reference gradient to ~1e-6, TRL to ~1e-4: docs/measured.md "Update parity"), hence 2 x tol here: this test guards the
     advantages, the spec-as-is test above the default tol."""
     from twinrun.parity.run import DEFAULT_TOL, run_parity
 
@@ -189,7 +189,7 @@ def test_gigpo_gradients_agree_with_core_advantages_in_both_trainers(recorded_pp
 def test_knobs_plan_calls_equal_reach_the_tolerance(recorded, smoke_spec_path, cache_dir, tmp_path_factory):
     """Every knob of the parity table that `plan` calls equal (besides the spec as is, above) meets the default tol,
     one training step each (update 1's gradient; epochs 2: both of step 1's updates), on the accumulated recording
-    (README's knob table; per_position's TRL-side deviation sits at the tol itself, see the GiGPO test). A FAIL here is a
+    (docs/measured.md's knob table; per_position's TRL-side deviation sits at the tol itself, see the GiGPO test). A FAIL here is a
     bug in `plan` or a backend. B5 under per_position (verl's loss_scale_factor was the whole-completion cap while
     TRL's dr_grpo divides by one turn's, a 32x gradient difference: 0.97) is held by test_verl_config's
     test_seq_mean_token_sum_divides_by_trls_max_completion_length."""

@@ -37,7 +37,7 @@ CacheOption = typer.Option(None, "--cache", help="where tiny local models and wa
 
 
 def cache_dir(value: Path | None) -> Path | None:
-    """--cache, else $TWINRUN_CACHE (README "Environment"): the one environment variable mapped for model caches."""
+    """--cache, else $TWINRUN_CACHE (docs/install.md): the one environment variable mapped for model caches."""
     # absolute: the folder is handed to verl's child and Ray workers, which run in other working directories
     # (a relative `.cache/twinrun` reached verl as a hub repo id and failed)
     if value is not None:
