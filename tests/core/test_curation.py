@@ -321,3 +321,46 @@ def test_the_curator_reads_the_judged_correctness_and_records_keep_the_truth(poo
     assert row.judge_agreement == pytest.approx(0.5)
     assert parse_correctness("no verdict here") == (None, "no JSON verdict with a SUCCESS key in the answer")
     assert parse_correctness('{"success": "yes"}')[0] is True
+
+
+class RecordingJudge(RulesJudge):
+    """The rules content judge, keeping every request it was asked (what reached the r_cnt judge)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list = []
+
+    def judge(self, request):
+        self.requests.append(request)
+        return super().judge(request)
+
+
+@pytest.mark.parametrize("judged", [True, False])
+def test_the_content_judge_reads_the_correctness_the_curator_read(pool, prompts, group, judged):
+    """r_cnt's judge is told the correctness signal the curator was shown at the position it wrote in: under
+    curation.correctness: judged the self-judge's verdict (here "failure" at every position while the expert
+    executor wins every game), never the environment's label; under ground_truth the environment's outcome."""
+    from twinrun.core.correctness import OpenAICorrectnessJudge
+
+    with LocalOpenAIServer(lambda req: '{"SUCCESS": false, "reason": "no"}') as srv:
+        rt = runtime(pool, prompts)
+        rt.judge = RecordingJudge()
+        if judged:
+            rt.correctness_judge = OpenAICorrectnessJudge(base_url=srv.base_url, model="m", prompt="Did it succeed?",
+                                                          retries=0)
+        try:
+            s = rt.session(group, 0)
+            chi = s.start()
+            results = []
+            while chi is not None:
+                results.append(chi.split("## Result\n")[1].split()[0])
+                chi = s.submit(format_curate_call([{"function": "new_skill_insert", "arguments": {
+                    "skill_name": f"skill-{s.position}", "content": skill_md(f"skill-{s.position}")}}]))
+            rec = s.finish().record
+        finally:
+            rt.close()
+    assert [p.outcome for p in rec.positions] == ["success"] * 3  # the environment's label
+    shown = "failure" if judged else "success"
+    assert results == [shown.capitalize()] * 3  # what the curator read
+    assert [r.outcome for r in rt.judge.requests] == [shown] * 3  # what the content judge read
+    assert [r.skill.name for r in rt.judge.requests] == ["skill-1", "skill-2", "skill-3"]

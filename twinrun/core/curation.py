@@ -349,8 +349,10 @@ class CurationSession:
 
             for r in results:
                 if r.writes_content:
+                    # the correctness the curator read here (the judged signal under curation.correctness:
+                    # judged), never the environment's label the curator was not shown
                     req = JudgeRequest(skill=r.skill, task=p.episode.task,  # type: ignore[arg-type]
-                                       trajectory=p.episode.trajectory_text(), outcome=p.episode.outcome)
+                                       trajectory=p.episode.trajectory_text(), outcome=p.correctness)
                     p.verdict_tasks.append(asyncio.ensure_future(_ajudge(judge, req)))
 
     async def _finish(self) -> CurationResult:

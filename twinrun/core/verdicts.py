@@ -27,7 +27,9 @@ class JudgeRequest:
     skill: Skill
     task: str = ""
     trajectory: str = ""
-    outcome: str = ""  # the correctness signal the curator saw ("success" / "failure")
+    # the correctness signal the curator saw: the judged "success" / "failure" / "unknown" under curation.correctness:
+    # judged, the environment's outcome only under ground_truth ("unmeasured" when the executor failed)
+    outcome: str = ""
 
 
 @dataclass(frozen=True)
