@@ -7,6 +7,8 @@ The executor is the same seeded scripted policy for every curator, so r_task is 
 isolates what the curator's own terms pay. Stop-early and empty-ops must rank below honest curation (section 1's
 per-position r_fc). Where another exploit ties or beats honesty the test states it: that is the paper's reward
 (DIVERGENCES C13), not twinrun's to change silently; the printed table shows which exploit a reward change re-opens.
+The same sessions are also scored under ``reward.churn_guard`` (C13a, off in the smoke and paper arms), which closes
+the churn row.
 """
 
 from __future__ import annotations
@@ -80,14 +82,18 @@ CURATORS = {"honest": honest, "stop_early": stop_early, "empty_ops": empty_ops, 
 
 
 @pytest.fixture(scope="module")
-def table(repo_root, alfworld_data):
+def tables(repo_root, alfworld_data):
+    """{"paper": ..., "churn_guard": ...}: each curator's mean terms over one step's task groups, under the paper's
+    reward and under reward.churn_guard, from the same sessions (the guard only re-reads what each turn did)."""
     spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml")
     assert (spec.reward.lambda_fc, spec.reward.lambda_cnt, spec.reward.lambda_comp) == (1.0, 0.1, 0.05)  # paper
-    out: dict[str, dict[str, float]] = {}
+    assert not spec.reward.churn_guard  # the smoke arm keeps the paper's reward
+    rewards = {"paper": spec.reward, "churn_guard": spec.reward.model_copy(update={"churn_guard": True})}
+    out: dict[str, dict[str, dict[str, float]]] = {k: {} for k in rewards}
     with CurationRuntime.from_spec(spec, environ={"ALFWORLD_DATA": str(alfworld_data)}, workers=0) as rt:
         groups = rt.sampler.step_groups(0)  # pick and look, |G| = 3, the same games and seeds for every curator
         for name, curator in CURATORS.items():
-            sums: dict[str, float] = {}
+            sums: dict[str, dict[str, float]] = {k: {} for k in rewards}
             for group in groups:
                 s = rt.session(group, 0)
                 chi = s.start()
@@ -96,14 +102,23 @@ def table(repo_root, alfworld_data):
                     if turn is None:
                         break  # the curator stops calling: finish() plays the rest with no turn
                     chi = s.submit(turn) or chi
-                r = s.finish().reward
-                for term, value in {**r.terms(), "total": r.total}.items():
-                    sums[term] = sums.get(term, 0.0) + (value or 0.0) / len(groups)
-            out[name] = sums
-    print("\ncurator      r_task  r_fc   r_cnt  r_comp  total")
-    for name, t in sorted(out.items(), key=lambda kv: -kv[1]["total"]):
-        print(f"{name:12} {t['r_task']:.3f}  {t['r_fc']:.3f}  {t['r_cnt']:.3f}  {t['r_comp']:.3f}  {t['total']:.3f}")
+                result = s.finish()
+                for key, reward in rewards.items():
+                    r = result.reward_under(reward)
+                    for term, value in {**r.terms(), "total": r.total}.items():
+                        sums[key][term] = sums[key].get(term, 0.0) + (value or 0.0) / len(groups)
+            for key in rewards:
+                out[key][name] = sums[key]
+    for key, table in out.items():
+        print(f"\n{key}\ncurator      r_task  r_fc   r_cnt  r_comp  total")
+        for name, t in sorted(table.items(), key=lambda kv: -kv[1]["total"]):
+            print(f"{name:12} {t['r_task']:.3f}  {t['r_fc']:.3f}  {t['r_cnt']:.3f}  {t['r_comp']:.3f}  {t['total']:.3f}")
     return out
+
+
+@pytest.fixture(scope="module")
+def table(tables):
+    return tables["paper"]
 
 
 def test_stop_early_and_empty_ops_rank_below_honest_curation(table):
@@ -124,3 +139,15 @@ def test_what_the_papers_reward_pays_the_other_exploits(table):
     assert table["duplicates"]["total"] < h and table["duplicates"]["r_fc"] == 1.0
     assert table["giant_copy"]["total"] < h and table["giant_copy"]["r_cnt"] < table["honest"]["r_cnt"]
     assert table["human_claim"]["r_fc"] == 0.0 and table["human_claim"]["total"] < h
+
+
+def test_the_churn_guard_puts_churn_below_honest_curation(tables):
+    """reward.churn_guard (DIVERGENCES C13a): insert-then-delete in one turn is neither a valid call nor judged
+    content, so churn keeps only r_task and r_comp and ranks below honest curation, whose writes all stay (its
+    terms are the paper's). The other rows are read as the paper's reward reads them."""
+    paper, guard = tables["paper"], tables["churn_guard"]
+    assert guard["churn"]["total"] < guard["honest"]["total"]
+    assert guard["churn"]["r_fc"] == 0.0 and guard["churn"]["r_cnt"] == 0.0
+    assert guard["honest"] == paper["honest"]
+    for name in ("stop_early", "empty_ops", "giant_copy", "duplicates", "human_claim"):
+        assert guard[name] == paper[name], name

@@ -295,3 +295,59 @@ def test_token_counter_adapters() -> None:
     assert token_counter(len)("abcd") == 4
     with pytest.raises(RewardError):
         token_counter(5)
+
+
+def _md(name: str, body: str = "- go\n- look\n") -> str:
+    return f"---\nname: {name}\ndescription: do x\n---\n{body}"
+
+
+def test_reverted_calls_flag_what_the_same_turn_undid() -> None:
+    """reward.churn_guard's rule on real repository operations: a write whose skill the turn later deletes and that
+    delete are flagged; a delete of a skill that was there before the turn, a failed call, a rename followed by a
+    delete of the new name, and an update overwritten by a later update are read as written."""
+    from twinrun.core.rewards import reverted_calls
+
+    repo = SkillRepo()
+    repo.apply("new_skill_insert", {"skill_name": "old", "content": _md("old")})  # an earlier turn's skill
+    ops = [
+        repo.apply("new_skill_insert", {"skill_name": "a", "content": _md("a")}),  # 0: deleted at 4 -> reverted
+        repo.apply("skill_update", {"skill_name": "old", "new_content": _md("old", "- new\n")}),  # 1: deleted at 5
+        repo.apply("new_skill_insert", {"skill_name": "b", "content": _md("b")}),  # 2: renamed to c, deleted at 6
+        repo.apply("skill_update", {"skill_name": "b", "new_name": "c"}),  # 3: rename of this turn's skill
+        repo.apply("skill_delete", {"skill_name": "a"}),  # 4: deletes this turn's insert -> reverted
+        repo.apply("skill_delete", {"skill_name": "old"}),  # 5: deletes an earlier skill: a real change
+        repo.apply("skill_delete", {"skill_name": "c"}),  # 6: deletes this turn's (renamed) skill -> reverted
+        repo.apply("skill_delete", {"skill_name": "a"}),  # 7: fails (already gone)
+        repo.apply("new_skill_insert", {"skill_name": "d", "content": _md("d")}),  # 8: overwritten, survives
+        repo.apply("skill_update", {"skill_name": "d", "new_content": _md("d", "- again\n- twice\n")}),  # 9
+    ]
+    assert [o.ok for o in ops] == [True] * 7 + [False, True, True]
+    assert reverted_calls(ops) == [True, True, True, True, True, False, True, False, False, False]
+    assert len(repo) == 1 and repo.get("d") is not None
+
+
+def test_churn_guard_takes_undone_writes_out_of_r_fc_and_r_cnt() -> None:
+    """Insert-then-delete at every position (|G| = 3) earns the full r_fc and r_cnt under the paper's reward; under
+    reward.churn_guard both are 0, while an honest turn (an insert that stays) scores the same either way."""
+    guard = RewardSpec(churn_guard=True)
+    churn, honest = [], []
+    for i in (1, 2, 3):
+        repo = SkillRepo()
+        ops = [repo.apply("new_skill_insert", {"skill_name": f"s{i}", "content": _md(f"s{i}")}),
+               repo.apply("skill_delete", {"skill_name": f"s{i}"})]
+        churn.append(position_result(i, "success", ops, [True], repo_text=repo.text(), curator_input="a b c d",
+                                     count_tokens=whitespace_tokens))
+        kept = SkillRepo()
+        ops = [kept.apply("new_skill_insert", {"skill_name": f"s{i}", "content": _md(f"s{i}")})]
+        honest.append(position_result(i, "success", ops, [True], repo_text="a", curator_input="a b c d",
+                                      count_tokens=whitespace_tokens))
+    assert churn[0].calls_reverted == 2 and churn[0].judged_reverted == (True,)
+    paper, guarded = composite_reward(churn, PAPER), composite_reward(churn, guard)
+    assert (paper.r_fc.value, paper.r_cnt.value) == (1.0, 1.0)
+    assert (guarded.r_fc.value, guarded.r_cnt.value) == (0.0, 0.0)
+    assert guarded.r_comp.value == paper.r_comp.value and guarded.r_task.value == paper.r_task.value
+    assert guarded.total == pytest.approx(paper.total - 1.0 - 0.1)
+    assert sum(guarded.step_rewards) == pytest.approx(guarded.total)
+    assert composite_reward(honest, guard).model_dump() == composite_reward(honest, PAPER).model_dump()
+    with pytest.raises(ValidationError, match="calls_reverted"):
+        PositionResult(index=1, outcome="success", calls_total=1, calls_valid=0, calls_reverted=1)

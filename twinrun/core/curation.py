@@ -44,7 +44,7 @@ from twinrun.core.curation_runtime import (  # noqa: F401  (re-exported)
 from twinrun.core.envs import GameRef
 from twinrun.core.react import Episode
 from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, JudgeRecord, Provenance, SequenceTokens
-from twinrun.core.rewards import PositionResult, RewardBreakdown, composite_reward
+from twinrun.core.rewards import PositionResult, RewardBreakdown, composite_reward, reverted_calls
 from twinrun.core.skills import OpResult, SkillRepo, render_for_prompt
 from twinrun.core.task_groups import (  # noqa: F401  (re-exported)
     CurationError,
@@ -65,6 +65,7 @@ class OpRecord(BaseModel):
     skill_name: str | None = None
     ok: bool
     error: str | None = None
+    reverted: bool = False  # a valid call the same turn undid (core.rewards.reverted_calls; reward.churn_guard)
 
 
 class PositionRecord(BaseModel):
@@ -382,7 +383,8 @@ class CurationSession:
                 input_digest=p.input_digest or None,
                 repo_tokens=p.repo_tokens, repo_size=p.repo_size,
                 ops=[OpRecord(function=r.function, skill_name=r.skill_name if isinstance(r.skill_name, str) else None,
-                              ok=r.ok, error=r.error) for r in p.op_results],
+                              ok=r.ok, error=r.error, reverted=rev)
+                     for r, rev in zip(p.op_results, reverted_calls(p.op_results), strict=True)],
                 tool_calls=len(p.turn.calls) if p.turn else 0, turn_missing=p.turn_missing,
                 no_valid_call=not any(r.ok for r in p.op_results), judged=p.verdicts, episode_shared=p.episode_shared,
                 episode_started_at=p.episode.record.started_at,  # type: ignore[union-attr]
@@ -416,11 +418,16 @@ def position_results(positions: Sequence[PositionState]) -> list[PositionResult]
     out = []
     for p in positions:
         assert p.episode is not None
+        reverted = reverted_calls(p.op_results)  # counted only under reward.churn_guard
+        # one verdict per successful write, in order (_apply), when a judge was asked
+        written = [rev for r, rev in zip(p.op_results, reverted) if r.writes_content]
         out.append(PositionResult(
             index=p.index, outcome=p.episode.outcome, calls_total=len(p.op_results),
             calls_valid=sum(1 for r in p.op_results if r.ok), judged=tuple(p.verdicts),
-            content_ops=sum(1 for r in p.op_results if r.writes_content),
+            content_ops=len(written),
             repo_tokens=p.repo_tokens if p.input_tokens else None, curator_input_tokens=p.input_tokens or None,
+            calls_reverted=sum(reverted),
+            judged_reverted=tuple(written) if any(written) and len(written) == len(p.verdicts) else (),
         ))
     return out
 

@@ -20,6 +20,11 @@
 the rollout, r_cnt = VALID verdicts / measured verdicts of the rollout. A turn with no op adds nothing to either
 denominator, which is the early-stop exploit the per-position reading closes.
 
+``reward.churn_guard: true`` (off by default: the paper's reward) counts a write only if it survives its turn
+(:func:`reverted_calls`): an insert/update whose skill the same turn deletes, and a delete of a skill the same turn
+created, are neither valid calls for r_fc nor judged content for r_cnt (DIVERGENCES C13a). Without it, inserting and
+deleting a skill at every position earns the full r_fc and r_cnt with an empty repo, which r_comp pays most.
+
 A weight of None disables a term (recorded ``disabled``, not computed); 0.0 computes and records it unweighted.
 A term whose denominator is 0 (pooled: no calls, nothing judged) has value None and contributes 0.
 
@@ -58,7 +63,9 @@ class PositionResult(BaseModel):
     calls (operations) after it; judged: one verdict per successful insert/update (None = unmeasured);
     content_ops: successful inserts/updates (None = ``len(judged)``: every content op was sent to a judge);
     repo_tokens: |S_i|, the repo after this turn's ops; curator_input_tokens: |χ_i|. Token counts None = not
-    measured.
+    measured. calls_reverted: valid calls this turn undid itself (:func:`reverted_calls`); judged_reverted: per
+    verdict, whether its content was deleted later in the turn (() = none was). Both count only under
+    ``reward.churn_guard``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -70,9 +77,17 @@ class PositionResult(BaseModel):
     content_ops: int | None = Field(None, ge=0)
     repo_tokens: int | None = Field(None, ge=0)
     curator_input_tokens: int | None = Field(None, ge=1)
+    calls_reverted: int = Field(0, ge=0)
+    judged_reverted: tuple[bool, ...] = ()
 
     @model_validator(mode="after")
     def _calls(self) -> PositionResult:
+        if self.calls_reverted > self.calls_valid:
+            raise ValueError(f"calls_reverted: {self.calls_reverted} exceeds calls_valid={self.calls_valid} (fix: only "
+                             "valid calls can be reverted)")
+        if self.judged_reverted and len(self.judged_reverted) != len(self.judged):
+            raise ValueError(f"judged_reverted: {len(self.judged_reverted)} flags for {len(self.judged)} verdicts (fix: "
+                             "one flag per verdict, or () when none was reverted)")
         if self.calls_valid > self.calls_total:
             raise ValueError(
                 f"calls_valid: {self.calls_valid} exceeds calls_total={self.calls_total} (fix: valid calls are a subset)"
@@ -83,6 +98,18 @@ class PositionResult(BaseModel):
                 "successful insert/update at most)"
             )
         return self
+
+    def surviving(self) -> PositionResult:
+        """This position as ``reward.churn_guard`` scores it: the calls and content its own turn undid removed."""
+        if not self.calls_reverted and not any(self.judged_reverted):
+            return self
+        keep = [not r for r in self.judged_reverted] or [True] * len(self.judged)
+        content = self.content_ops if self.content_ops is not None else len(self.judged)
+        return self.model_copy(update={
+            "calls_valid": self.calls_valid - self.calls_reverted, "calls_reverted": 0,
+            "judged": tuple(v for v, k in zip(self.judged, keep) if k), "judged_reverted": (),
+            "content_ops": content - sum(self.judged_reverted),
+        })
 
     @property
     def wrote_content(self) -> bool:
@@ -185,6 +212,9 @@ def composite_reward(positions: Sequence[PositionResult], weights: RewardSpec) -
     if indices != list(range(1, G + 1)):
         raise RewardError(f"positions: indices {indices} are not 1..{G} (fix: one result per position, 1-based)")
 
+    if weights.churn_guard:
+        pos = [p.surviving() for p in pos]
+
     # r_task: the success at position i+1 is credited to curator turn i (the skills it wrote were used there)
     outcome = [p.outcome for p in pos]
     measured_next = np.array([outcome[i + 1] != "unmeasured" for i in range(G - 1)] + [False])
@@ -259,6 +289,35 @@ def whitespace_tokens(text: str) -> int:
     return len(text.split())
 
 
+def reverted_calls(ops: Sequence[Any]) -> list[bool]:
+    """Which of one turn's operation results (anything with ``ok``, ``function``, ``skill_name`` and, for a write,
+    ``skill``: core.skills.OpResult) the same turn undid: a successful insert/update whose skill (under the name it
+    then had) a later call of the turn deletes, and a successful delete of a skill the turn itself created. A delete
+    of a skill that was there before the turn is a real change and is not flagged, nor are writes that a later update
+    overwrites. Shapes: ops [n] -> [n]."""
+    out = [False] * len(ops)
+    writes: dict[str, list[int]] = {}  # name -> this turn's writes that made its current content
+    created: set[str] = set()  # names this turn brought into the repo
+    for j, o in enumerate(ops):
+        if not getattr(o, "ok", False):
+            continue
+        fn, name = o.function, o.skill_name
+        skill = getattr(o, "skill", None)
+        if fn in ("new_skill_insert", "skill_update") and skill is not None:
+            chain = writes.pop(name, []) if fn == "skill_update" else []
+            writes[skill.name] = [*chain, j]
+            if fn == "new_skill_insert" or name in created:
+                created.discard(name)
+                created.add(skill.name)
+        elif fn == "skill_delete":
+            for k in writes.pop(name, []):
+                out[k] = True
+            if name in created:
+                out[j] = True
+                created.discard(name)
+    return out
+
+
 def position_result(
     index: int,
     outcome: Outcome,
@@ -272,6 +331,9 @@ def position_result(
     """Build a PositionResult from a turn's OpResults (anything with ``.ok``), the judge verdicts on its
     inserts/updates, and the texts r_comp compares (token counts None when no counter or no text)."""
     ops = list(ops)
+    reverted = reverted_calls(ops)
+    writes = [r for o, r in zip(ops, reverted) if getattr(o, "writes_content", False)]
+    verdicts = tuple(verdicts)
     repo_tokens = curator_tokens = None
     if count_tokens is not None and repo_text is not None and curator_input is not None:
         repo_tokens = count_tokens(repo_text)
@@ -281,8 +343,10 @@ def position_result(
         outcome=outcome,
         calls_total=len(ops),
         calls_valid=sum(1 for o in ops if o.ok),
-        judged=tuple(verdicts),
-        content_ops=sum(1 for o in ops if getattr(o, "writes_content", False)),
+        judged=verdicts,
+        content_ops=len(writes),
         repo_tokens=repo_tokens if curator_tokens is not None else None,
         curator_input_tokens=curator_tokens,
+        calls_reverted=sum(reverted),
+        judged_reverted=tuple(writes) if any(writes) and len(writes) == len(verdicts) else (),
     )

@@ -272,6 +272,12 @@ class RewardSpec(_Strict):
         description="r_fc / r_cnt as means over positions of Valid(c_i) / Judge(c_i) (the paper; a position with "
         "no op scores 0), or pooled over the rollout's calls / verdicts (twinrun's earlier reading; DIVERGENCES C2)",
     )
+    churn_guard: bool = Field(
+        False,
+        description="r_fc and r_cnt count a write only if it survives its turn: an insert/update whose skill the same "
+        "turn deletes, and that delete, are neither valid calls nor judged content (DIVERGENCES C13a); off = the "
+        "paper's reward, which pays insert-then-delete churn above honest curation",
+    )
 
 
 class GigpoSpec(_Strict):
