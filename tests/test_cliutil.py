@@ -56,7 +56,8 @@ def test_the_cli_spec_names_local_model_folders_absolutely(monkeypatch, tmp_path
     (tmp_path / "m" / "ex").mkdir()
     monkeypatch.chdir(tmp_path)
     spec = spec_from_cli(smoke_spec_path, ["curator.model=m/cur", "sft.model=m/cur", "executor.kind=hf",
-                                           "executor.skill_effect=0", "executor.model=m/ex"])
+                                           "executor.skill_effect=0", "executor.self_judge_error=0",
+                                           "executor.model=m/ex"])
     assert (spec.curator.model, spec.sft.model, spec.executor.model) == (
         str(tmp_path / "m" / "cur"), str(tmp_path / "m" / "cur"), str(tmp_path / "m" / "ex"))
     assert spec.prompt_path("curator_system").is_absolute()

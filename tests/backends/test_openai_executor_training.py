@@ -37,7 +37,8 @@ from twinrun.core.spec import load_spec
 pytestmark = [pytest.mark.slow, pytest.mark.alfworld]
 
 BASE = ["curator.context=per_position", "curator.history=0", "steps=2", "checkpoint_every=1",
-        "executor.kind=openai", "executor.skill_effect=0", "executor.model=local-test-model", "executor.retries=2",
+        "executor.kind=openai", "executor.skill_effect=0", "executor.self_judge_error=0",
+        "executor.model=local-test-model", "executor.retries=2",
         "executor.concurrency=4", "executor.max_turns=12", "executor.max_unmeasured_share=0.75",
         "environment.workers=1", "curation.correctness=ground_truth", "reward.min_measured_positions=2"]
 LATENCY_S = 0.02

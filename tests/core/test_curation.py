@@ -364,3 +364,39 @@ def test_the_content_judge_reads_the_correctness_the_curator_read(pool, prompts,
     assert results == [shown.capitalize()] * 3  # what the curator read
     assert [r.outcome for r in rt.judge.requests] == [shown] * 3  # what the content judge read
     assert [r.skill.name for r in rt.judge.requests] == ["skill-1", "skill-2", "skill-3"]
+
+
+@pytest.mark.slow
+def test_the_smoke_arms_curator_reads_its_self_judge_not_the_label(repo_root, alfworld_data):
+    """The smoke arm as written (scripted executor, rules self-judge wrong on a seeded 20% of episodes): over its
+    first three steps' task groups, wherever the self-judge disagrees with the environment the curator input's
+    Result is the judged word and not the label, and so is what the r_cnt judge is told; judge_agreement is below 1
+    (with a self-judge that always agreed, "judged" and "ground truth" could not be told apart here)."""
+    from twinrun.core.records import curation_step_metrics, provenance
+
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml")
+    assert spec.curation.correctness == "judged" and spec.executor.self_judge_error > 0
+    records, disagreed = [], 0
+    with CurationRuntime.from_spec(spec, environ={"ALFWORLD_DATA": str(alfworld_data)}, workers=0) as rt:
+        rt.judge = RecordingJudge()
+        for step in range(3):
+            for group in rt.sampler.step_groups(step):
+                s = rt.session(group, 0)
+                chi, shown = s.start(), []
+                while chi is not None:
+                    shown.append(chi.split("## Result\n")[1].split()[0])
+                    name = f"{group.task_type}-tips-{s.position}"
+                    chi = s.submit(format_curate_call([{"function": "new_skill_insert", "arguments": {
+                        "skill_name": name, "content": skill_md(name)}}]))
+                rec = s.finish().record
+                records.append(rec.model_dump(mode="json"))
+                for p, word in zip(rec.positions, shown, strict=True):
+                    assert word == p.correctness.capitalize(), (p.correctness, p.outcome, word)
+                    disagreed += p.correctness != p.outcome
+        told = [r.outcome for r in rt.judge.requests]
+    assert disagreed > 0
+    assert told == [p["correctness"] for r in records for p in r["positions"]]  # one insert per position
+    row = curation_step_metrics(1, records, backend="trl", optimizer_updates=1,
+                                provenance=provenance(spec_hash="x", run_id="r", backend="trl",
+                                                      framework_version="0", seed=0))
+    assert 0 < row.judge_agreement < 1

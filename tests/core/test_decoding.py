@@ -50,9 +50,9 @@ VERDICT = '{"VALID": true, "reason": "actionable"}'
 
 
 def openai_sets(url: str, *extra: str) -> list[str]:
-    # skill_effect=0: the smoke arm's stand-in setting is an error on an LLM executor
-    return ["executor.kind=openai", "executor.skill_effect=0", f"executor.base_url={url}", "executor.model=m",
-            "executor.max_turns=2",
+    # skill_effect=0, self_judge_error=0: the smoke arm's stand-in settings are errors on an LLM executor
+    return ["executor.kind=openai", "executor.skill_effect=0", "executor.self_judge_error=0",
+            f"executor.base_url={url}", "executor.model=m", "executor.max_turns=2",
             "executor.max_tokens=128", "curation.correctness=ground_truth", *extra]  # the self-judge is #12's test
 
 
@@ -135,14 +135,14 @@ BAD = [
      "executor.extra_body: key 'stream' is a field twinrun sets itself (fix: remove it: twinrun sets it on every request)"),
     ("executor.extra_body=3",
      "executor.extra_body: 3 is invalid: Input should be a valid dictionary (fix: a mapping)"),
-    ("executor.extra_body={chat_template_kwargs: 1}|executor.kind=openai|executor.skill_effect=0|executor.base_url=http://x/v1|executor.model=m",
+    ("executor.extra_body={chat_template_kwargs: 1}|executor.kind=openai|executor.skill_effect=0|executor.self_judge_error=0|executor.base_url=http://x/v1|executor.model=m",
      "executor.extra_body.chat_template_kwargs: 1 is not a mapping (fix: e.g. {enable_thinking: false})"),
     ("executor.top_k=20",  # the smoke arm's executor is scripted
      "executor.top_k: 20 has no effect with executor.kind=scripted (fix: remove it, or use an openai or hf executor)"),
-    ("executor.kind=hf|executor.skill_effect=0|executor.model=m|executor.presence_penalty=0.5",
+    ("executor.kind=hf|executor.skill_effect=0|executor.self_judge_error=0|executor.model=m|executor.presence_penalty=0.5",
      "executor.presence_penalty: 0.5 has no transformers equivalent for executor.kind=hf "
      "(fix: null, or use an openai executor)"),
-    ("executor.kind=hf|executor.skill_effect=0|executor.model=m|executor.extra_body={seed: 1}",
+    ("executor.kind=hf|executor.skill_effect=0|executor.self_judge_error=0|executor.model=m|executor.extra_body={seed: 1}",
      "executor.extra_body: key 'seed' has no meaning for executor.kind=hf "
      "(fix: only chat_template_kwargs applies to local generation)"),
     ("retrieval.bm25.variant=okapi",

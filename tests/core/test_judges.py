@@ -321,3 +321,38 @@ def test_backoff_doubles_with_jitter_up_to_its_cap() -> None:
         assert lo <= min(waits) and max(waits) <= hi and abs(sum(waits) / len(waits) - (lo + hi) / 2) < 0.05 * hi
         assert max(capped.delay(retry) for _ in range(2000)) <= 60.0
     assert {capped.delay(5) for _ in range(100)} == {60.0}  # 160 * U(0.75, 1.25) is always over the cap
+
+
+def test_the_rules_self_judge_is_wrong_on_its_stated_share_of_episodes():
+    """core.correctness.RulesCorrectnessJudge (the smoke arm's self-judge): over 4,000 distinct episodes (half ended
+    before the turn budget, half at it) and 3 seeds, the share of verdicts that disagree with the ended-early rule is
+    ``error`` (binomial 99.9% band), the same for episodes that ended early and late; a verdict depends only on (seed,
+    task, trajectory), so it repeats exactly, and error 0 is the plain rule."""
+    from types import SimpleNamespace
+
+    from scipy.stats import binom
+
+    from twinrun.core.correctness import RulesCorrectnessJudge
+
+    def verdicts(judge, n):
+        out = []
+        for i in range(n):
+            ep = SimpleNamespace(record=SimpleNamespace(steps=5 if i % 2 else 12))
+            v = asyncio.run(judge.acorrect(f"put a mug {i % 7} in the cabinet", f"> go to desk {i}\nnothing", ep))
+            out.append((v, "success" if i % 2 else "failure"))
+        return out
+
+    n, error = 4000, 0.2
+    lo, hi = binom.ppf(0.0005, n // 2, error) / (n // 2), binom.ppf(0.9995, n // 2, error) / (n // 2)
+    for seed in (0, 1, 2):
+        got = verdicts(RulesCorrectnessJudge(12, error=error, seed=seed), n)
+        for ended_early in (0, 1):
+            part = got[ended_early::2]
+            wrong = sum(v != truth for v, truth in part) / len(part)
+            assert lo <= wrong <= hi, (seed, ended_early, wrong)
+        assert verdicts(RulesCorrectnessJudge(12, error=error, seed=seed), 200) == got[:200]  # deterministic
+    assert all(v == truth for v, truth in verdicts(RulesCorrectnessJudge(12), 400))
+    a, b = (verdicts(RulesCorrectnessJudge(12, error=error, seed=s), 400) for s in (0, 1))
+    assert a != b  # the seed decides which episodes are judged wrong
+    with pytest.raises(JudgeError, match="self_judge_error: 0.7"):
+        RulesCorrectnessJudge(12, error=0.7)

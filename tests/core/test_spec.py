@@ -159,8 +159,12 @@ def test_the_paper_arm_shows_the_curator_its_self_judged_correctness():
     with pytest.raises(SpecError, match="prompts.correctness_judge: null but curation.correctness=judged"):
         load_spec(EXPERIMENTS / "skillos-alfworld-qwen3-8b.yaml", ["prompts.correctness_judge=null"])
     smoke = load_spec(EXPERIMENTS / "smoke-cpu.yaml")
-    assert isinstance(correctness_judge_for(smoke, smoke.curation.correctness), RulesCorrectnessJudge)
+    stand_in = correctness_judge_for(smoke, smoke.curation.correctness)
+    assert isinstance(stand_in, RulesCorrectnessJudge)
+    assert (stand_in.error, stand_in.seed) == (smoke.executor.self_judge_error, smoke.seed) and stand_in.error > 0
     assert correctness_judge_for(smoke, "ground_truth") is None
+    with pytest.raises(SpecError, match="executor.self_judge_error: 0.1 applies to executor.kind=scripted only"):
+        load_spec(EXPERIMENTS / "skillos-alfworld-qwen3-8b.yaml", ["executor.self_judge_error=0.1"])
     sft = load_spec(EXPERIMENTS / "sft-sciworld-cpu.yaml")
     with pytest.raises(JudgeError, match="executor.kind='hf' has no endpoint"):
         correctness_judge_for(sft, "judged")

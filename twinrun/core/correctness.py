@@ -7,7 +7,9 @@ environment's outcome (twinrun's earlier behaviour: test labels then reach the s
 * :class:`OpenAICorrectnessJudge`: the executor's OpenAI-compatible endpoint and model, with its own prompt file
   (``prompts.correctness_judge``), answering ``{"SUCCESS": true|false, "reason": "..."}``.
 * :class:`RulesCorrectnessJudge`: the CPU stand-in (smoke arm, scripted executor): "success" when the episode
-  ended before the executor's turn budget (ALFWorld ends an episode early only when the task is done).
+  ended before the executor's turn budget (ALFWorld ends an episode early only when the task is done), flipped on a
+  stated, seeded share of episodes (``executor.self_judge_error``) so that, as with an LLM self-judge, what the
+  curator reads is not always the environment's label.
 
 A verdict is "success", "failure" or "unknown" (the endpoint failed after its retries, or its answer had no
 parsable verdict): unknown is shown to the curator as unknown, never as success or failure. An unmeasured episode
@@ -17,6 +19,7 @@ truth (``PositionRecord.correctness`` / ``outcome``); ``judge_agreement`` in met
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from twinrun.core.judges import JudgeError, JudgeRequest, OpenAIJudge, Verdict, VerdictCache, parse_judge_answer
@@ -63,18 +66,35 @@ class OpenAICorrectnessJudge(OpenAIJudge):
 
 
 class RulesCorrectnessJudge:
-    """CPU stand-in for the self-judge: "success" when the episode ended before ``max_turns`` executor turns."""
+    """CPU stand-in for the self-judge: "success" when the episode ended before ``max_turns`` executor turns, else
+    "failure"; then the verdict is flipped when ``u < error``, where ``u`` in [0, 1) is the first 8 bytes of
+    sha256(seed, task, trajectory) read as a fraction. So a share ``error`` of distinct episodes is judged wrong, the
+    same episode always gets the same verdict (in every process and backend: the shared position 1 included), and
+    ``error: 0`` is the plain rule."""
 
     name = "rules-correctness"
 
-    def __init__(self, max_turns: int):
+    def __init__(self, max_turns: int, *, error: float = 0.0, seed: int = 0):
+        if not 0.0 <= error <= 0.5:
+            raise JudgeError(f"executor.self_judge_error: {error} is outside [0, 0.5] (fix: a share of wrong verdicts "
+                             "below a coin's)")
         self.max_turns = max_turns
+        self.error = error
+        self.seed = seed
+
+    def wrong(self, task: str, trajectory: str) -> bool:
+        """Whether this episode's verdict is flipped (the seeded rule of the class docstring)."""
+        if not self.error:
+            return False
+        h = hashlib.sha256(f"{self.seed}\x00{task}\x00{trajectory}".encode("utf-8", "surrogatepass")).digest()
+        return int.from_bytes(h[:8], "big") / 2.0**64 < self.error
 
     async def acorrect(self, task: str, trajectory: str, episode: Any = None) -> Correctness:
         steps = getattr(getattr(episode, "record", None), "steps", None)
         if steps is None:
             return "unknown"
-        return "success" if steps < self.max_turns else "failure"
+        done = steps < self.max_turns
+        return "success" if done != self.wrong(task, trajectory) else "failure"
 
 
 def correctness_judge_for(spec: Any, setting: str, *, api_key: str | None = None,
@@ -85,7 +105,7 @@ def correctness_judge_for(spec: Any, setting: str, *, api_key: str | None = None
         return None
     ex = spec.executor
     if ex.kind == "scripted":
-        return RulesCorrectnessJudge(ex.max_turns)
+        return RulesCorrectnessJudge(ex.max_turns, error=ex.self_judge_error, seed=spec.seed)
     if ex.kind != "openai":
         raise JudgeError(f"curation.correctness: judged with executor.kind={ex.kind!r} has no endpoint to ask "
                          "(fix: an openai executor, or curation.correctness: ground_truth)")

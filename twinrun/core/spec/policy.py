@@ -106,6 +106,11 @@ class ExecutorSpec(_Strict):
         0.0, ge=0.0, le=1.0, description="scripted, ALFWorld: added to expert_prob times the retrieved skills' "
         "relevance to the game (twinrun.core.executors.skill_effect's rule); 0 = skills ignored",
     )
+    self_judge_error: float = Field(
+        0.0, ge=0.0, le=0.5, description="scripted: share of the rules self-judge's correctness verdicts that are "
+        "wrong (curation.correctness: judged), flipped by a seeded hash of the spec seed, task and trajectory "
+        "(core.correctness.RulesCorrectnessJudge); 0 = it always agrees with the environment",
+    )
     concurrency: int = Field(32, ge=1, description="in-flight executor calls shared by all episodes of a step")
     timeout_s: float = Field(120.0, gt=0)
     retries: int = Field(3, ge=0)
@@ -139,6 +144,9 @@ class ExecutorSpec(_Strict):
         if self.kind != "scripted" and self.skill_effect:
             raise ValueError(f"executor.skill_effect: {self.skill_effect} applies to executor.kind=scripted only "
                              "(fix: remove it)")
+        if self.kind != "scripted" and self.self_judge_error:
+            raise ValueError(f"executor.self_judge_error: {self.self_judge_error} applies to executor.kind=scripted "
+                             "only (an endpoint judges itself; fix: executor.self_judge_error=0)")
         if self.kind == "scripted" and self.expert_prob + self.skill_effect > 1.0 + 1e-12:
             raise ValueError(f"executor.skill_effect: {self.skill_effect} with expert_prob {self.expert_prob} exceeds "
                              f"a chance of 1 (fix: at most {1 - self.expert_prob:g})")
