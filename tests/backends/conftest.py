@@ -18,11 +18,13 @@ from twinrun.core.toolcalls import CURATE_TOOL
 from twinrun.core.training_rows import rollout_rows, row_advantages, rows_by_key
 
 
-def check_per_position_rows(run: Path, spec: Any, tokenizer: Any, backend: str, rows_per_step: int) -> int:
+def check_per_position_rows(run: Path, spec: Any, tokenizer: Any, backend: str, rows_per_step: int,
+                            token_advantages: bool = False) -> int:
     """Every (rollout, position) of every step has exactly one trained row whose prompt token ids are the tokenizer's
     rendering of core's messages for that position (system + chi_p, chi_p traced to core's record by digest), and
     whose advantage is core's per-row advantage for the step; rollouts.jsonl's ``sequences`` hold the same tokens,
-    one per position. Returns the number of rows checked."""
+    one per position. ``token_advantages``: the row also records every loss token's advantage (verl), and each one
+    is core's. Returns the number of rows checked."""
     paths = RunPaths(run)
     trained = list(read_jsonl(paths.rows))
     rows = rows_by_key(trained)  # a row trained twice in a step is refused
@@ -54,6 +56,12 @@ def check_per_position_rows(run: Path, spec: Any, tokenizer: Any, backend: str, 
         want = row_advantages(spec.algorithm, [s for s, _ in pairs])
         got = np.array([r["advantage"] for _, r in pairs])
         np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"step {step}")
+        if token_advantages:
+            for (_, row), a in zip(pairs, want, strict=True):
+                runs = row["token_advantages"]  # [value, tokens] runs over every loss-carrying token
+                assert sum(n for _, n in runs) == row["completion_tokens"], (step, row["position"])
+                values = np.concatenate([np.full(int(n), v) for v, n in runs])
+                np.testing.assert_allclose(values, a, atol=1e-5, err_msg=f"step {step} row {row['position']}")
     return len(trained)
 
 

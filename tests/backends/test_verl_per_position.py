@@ -50,5 +50,7 @@ def test_trained_rows_are_cores_position_inputs_with_cores_advantages(spec, run,
 
     out, _ = run
     tok = AutoTokenizer.from_pretrained(RunPaths(out).checkpoint(2))
-    n = per_position_rows_check(out, spec, tok, "verl", compile_spec(spec).counts["training_rows"])
+    # every loss token's advantage, not only each row's first (rows.jsonl's token_advantages)
+    n = per_position_rows_check(out, spec, tok, "verl", compile_spec(spec).counts["training_rows"],
+                                token_advantages=True)
     assert n == 2 * compile_spec(spec).counts["training_rows"]

@@ -86,3 +86,14 @@ def test_row_records_and_a_row_trained_twice_is_refused():
         rows_by_key([line, line])
     with pytest.raises(ValueError, match="one per position"):
         rollout_rows("g", "g#0", total=1.0, step_rewards=[1.0], anchors=["a", "b"], position_valid=[True, True])
+
+
+def test_token_runs_encode_every_tokens_advantage():
+    """rows.jsonl's token_advantages (verl): one [value, tokens] pair per run of equal per-token advantages, in order;
+    a row whose tokens disagree with its first token's value shows as more than one run."""
+    from twinrun.core.training_rows import token_runs
+
+    assert token_runs([]) == []
+    assert token_runs([0.25] * 5) == [(0.25, 5)]
+    assert token_runs([0.5, 0.5, -0.25, -0.25, -0.25, 0.5]) == [(0.5, 2), (-0.25, 3), (0.5, 1)]
+    assert token_runs([0.1, 0.1 + 1e-7]) == [(0.1, 1), (0.1 + 1e-7, 1)]  # exact: no tolerance hides a difference

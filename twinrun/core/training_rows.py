@@ -87,8 +87,10 @@ class TrainingRowRecord(_Row):
     position: 1..|G| (per_position); None for an accumulated row (the whole rollout). advantage: the row's
     advantage (constant over its tokens); for an accumulated GiGPO row, ``segment_advantages`` holds the value of
     each curator turn instead. prompt_digest: :func:`~twinrun.core.context_shape.ids_digest` of the prompt token
-    ids as the loss saw them. prompt_ids / completion_ids / messages: only when the run was asked to keep the
-    tokens (tests)."""
+    ids as the loss saw them. token_advantages: the advantage on every loss-carrying token, in order, run-length
+    encoded as ``[value, tokens]`` pairs (:func:`token_runs`; the counts sum to ``completion_tokens``), so a row whose
+    tokens disagree with its ``advantage`` shows (written by verl, whose advantages are a per-token tensor).
+    prompt_ids / completion_ids / messages: only when the run was asked to keep the tokens (tests)."""
 
     kind: Literal["training_row"] = "training_row"
     backend: str
@@ -102,10 +104,24 @@ class TrainingRowRecord(_Row):
     prompt_digest: str
     advantage: float | None = None
     segment_advantages: list[float] | None = None
+    token_advantages: list[tuple[float, int]] | None = None
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
     messages: list[dict[str, str]] | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+
+
+def token_runs(values: Sequence[float]) -> list[tuple[float, int]]:
+    """Run-length encoding of per-token advantages: ``[(value, tokens), ...]`` in order, one pair per run of equal
+    values (a per_position row is one pair; an accumulated GiGPO row one per turn, or fewer where turns agree)."""
+    runs: list[tuple[float, int]] = []
+    for v in values:
+        v = float(v)
+        if runs and runs[-1][0] == v:
+            runs[-1] = (v, runs[-1][1] + 1)
+        else:
+            runs.append((v, 1))
+    return runs
 
 
 def rows_by_key(records: Sequence[Mapping[str, Any]]) -> dict[tuple[int, str, int, int | None], dict[str, Any]]:
@@ -120,4 +136,4 @@ def rows_by_key(records: Sequence[Mapping[str, Any]]) -> dict[tuple[int, str, in
     return out
 
 
-__all__ = ["RowScore", "TrainingRowRecord", "row_advantages", "rollout_rows", "rows_by_key"]
+__all__ = ["RowScore", "TrainingRowRecord", "row_advantages", "rollout_rows", "rows_by_key", "token_runs"]

@@ -11,7 +11,8 @@ nothing else: the update is verl's own.
 
 It also writes ``rows.jsonl`` (core's :class:`~twinrun.core.training_rows.TrainingRowRecord`): every row the actor is
 about to train, read back from the TransferQueue after the advantage step (prompt token digest, the tagged
-(rollout, position), the advantage on its tokens), so a test can hold the trained rows against core's records.
+(rollout, position), the advantage on its tokens: the first token's, and every loss token's run-length encoded in
+``token_advantages``), so a test can hold the trained rows against core's records token by token.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class RowsTrainer(PPOTrainerSync):
         from twinrun.backends.verl.estimators import decode_uid
         from twinrun.core.context_shape import ids_digest
         from twinrun.core.records import JsonlWriter, RunPaths
-        from twinrun.core.training_rows import TrainingRowRecord
+        from twinrun.core.training_rows import TrainingRowRecord, token_runs
 
         keep = bool(self.config.trainer.get(ROW_TOKENS_KEY, False))
         fields = ["uid", "prompts", "responses", "response_mask", "advantages"] + (["extra_fields"] if keep else [])
@@ -102,7 +103,7 @@ class RowsTrainer(PPOTrainerSync):
                 rollout_index=rtag.rollout if rtag and rtag.rollout is not None else -1,
                 position=rtag.position if rtag and per_position else None,
                 prompt_tokens=len(prompt), completion_tokens=int(mask.sum()), prompt_digest=ids_digest(prompt),
-                advantage=scalar, segment_advantages=segments,
+                advantage=scalar, segment_advantages=segments, token_advantages=token_runs(adv.tolist()),
                 prompt_ids=prompt if keep else None,
                 completion_ids=responses[i].tolist() if keep else None,
                 messages=(extras[i] or {}).get(MESSAGES_FIELD) if keep else None,
