@@ -34,7 +34,7 @@ from typing import Any
 from twinrun.core.errors import TwinrunError
 from twinrun.models.tiny import TINY_QWEN3, build_tiny_qwen3, local_or_hub
 
-WARMSTART_VERSION = 5  # 5: two of the bodies are two-step lists (issue 32: the rules judge then says VALID)
+WARMSTART_VERSION = 4
 
 # group steps far from any training step, so warm-start transcripts never replay a training task group
 _TRANSCRIPT_STEP0 = 10_000_000
@@ -64,13 +64,11 @@ FINAL_REPLY = "Done."
 # Skill bodies the warm start writes, of varied relevance to an ALFWorld task type under the scripted stand-in's
 # skill_effect rule (twinrun.core.executors.skill_effect): for pick, the second scores 1, the third 0.55, the first
 # and last 0.25; for look, the third scores 1, the second 0.55. The curator's first samples then differ in what
-# they write and in the reward that follows, so GRPO has a signal to follow (issue 17). The second and third are
-# two-step lists and the others one-sentence notes, so the smoke arm's rules content judge (two list steps, a
-# procedure not a note) says VALID to some writes and not to others and r_cnt takes both values (issue 32).
+# they write and in the reward that follows, so GRPO has a signal to follow (issue 17).
 SKILL_BODIES = (
     "Check every receptacle.",
-    "- Take the object.\n- Put it in the target.",
-    "- Take the object.\n- Use the lamp.",
+    "Take the object, then put it in the target.",
+    "Take the object and use the lamp.",
     "Open drawers and look around.",
 )
 
