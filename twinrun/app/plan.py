@@ -56,6 +56,10 @@ def neutral_values(spec: ExperimentSpec) -> dict[str, Any]:
         "max_prompt_tokens": spec.curator.max_prompt_tokens,
         "max_response_tokens": spec.curator.max_response_tokens,
         "max_completion_tokens": spec.curator.max_completion_tokens,
+        # precision: fp32 master weights in both backends, the spec's compute dtype, checkpoints at master precision
+        "master_weights": "fp32",
+        "compute_dtype": spec.curator.precision,
+        "checkpoint_dtype": "fp32",
         "checkpoint_every": spec.checkpoint_every,
         "seed": spec.seed,
     }

@@ -21,6 +21,7 @@ from twinrun.core.errors import TwinrunError
 from twinrun.core.spec import ExperimentSpec
 
 TRL_VERSION = "1.16.0"
+MASTER_TORCH_DTYPE = "float32"  # the master weights' dtype in both backends (verl: fsdp_config.model_dtype fp32)
 
 # neutral loss aggregation -> TRL loss_type (advantage-semantics.md §9.1, §9.2 item 5)
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum": "dr_grpo"}
@@ -118,8 +119,13 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "report_to": "none",
         "seed": spec.seed,
         "data_seed": spec.seed,
-        # --- precision / device
-        "bf16": spec.curator.precision == "bf16" and not on_cpu,
+        # --- precision (DESIGN.md "precision is part of the arm"): fp32 master weights (the loaded model, which
+        # AdamW updates; TRL 1.16's default, pinned), the spec's compute dtype as HF's bf16 mixed precision (torch
+        # autocast; under DeepSpeed ZeRO-3 bf16 parameters with fp32 optimizer partitions), on CPU as on GPU so
+        # the two backends compute alike. Checkpoints hold the master weights (HF save_model)
+        "model_init_kwargs": {"dtype": MASTER_TORCH_DTYPE},
+        "bf16": spec.curator.precision == "bf16",
+        # --- device
         "use_cpu": on_cpu,
         "gradient_checkpointing": False if on_cpu else True,
         "use_vllm": False if on_cpu else True,
@@ -216,6 +222,34 @@ def _knobs(spec: ExperimentSpec, kw: dict[str, Any]) -> dict[str, KnobSetting]:
         ),
         "max_completion_tokens": k("(unused: a row is one turn)", None) if per_position else k(
             f"max_completion_length={kw['max_completion_length']}", kw["max_completion_length"]),
+        **_precision_knobs(kw),
         "checkpoint_every": k(f"save_steps={kw['save_steps']} (optimizer steps)", spec.checkpoint_every),
         "seed": k(f"seed={kw['seed']}", kw["seed"]),
+    }
+
+
+TORCH_TO_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "auto": "auto (the checkpoint's)"}
+
+
+def _precision_knobs(kw: dict[str, Any]) -> dict[str, KnobSetting]:
+    """Master weights, compute dtype and checkpoint dtype as these GRPOConfig arguments realise them. On GPUs TRL
+    runs under the accelerate launch (experiments/cluster/trl-accelerate-zero3.yaml), which GRPOConfig does not see:
+    DeepSpeed ZeRO-3 exports the checkpoint with its 16-bit consolidation (bf16), not the fp32 master partitions
+    (DIVERGENCES B19)."""
+    k = KnobSetting
+    on_gpu = not kw.get("use_cpu")
+    loaded = str((kw.get("model_init_kwargs") or {}).get("dtype", MASTER_TORCH_DTYPE)).removeprefix("torch.")
+    master = TORCH_TO_SHORT.get(loaded, loaded)
+    compute = "fp16" if kw.get("fp16") else ("bf16" if kw.get("bf16") else master)
+    return {
+        "master_weights": k(f"model_init_kwargs.dtype={loaded} (the trained model, AdamW state)", master),
+        "compute_dtype": k(
+            f"bf16={bool(kw.get('bf16'))} (HF mixed precision: autocast; DeepSpeed: bf16 params, fp32 optimizer)",
+            compute),
+        "checkpoint_dtype": k(
+            "save_model writes the trained model's weights (master dtype)" + (
+                "; under the ZeRO-3 launch: DeepSpeed's 16-bit consolidation" if on_gpu and kw.get("bf16") else ""),
+            "bf16" if on_gpu and kw.get("bf16") else master,
+            "the ZeRO-3 recipe saves DeepSpeed's bf16 module weights, not its fp32 master partitions (DIVERGENCES "
+            "B19)" if on_gpu and kw.get("bf16") else None),
     }

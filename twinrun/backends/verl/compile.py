@@ -40,6 +40,15 @@ SCHEDULE = {"constant": "constant", "cosine": "cosine", "linear": "linear"}
 AGENT_LOOP = AGENT_LOOP_NAME  # registered by twinrun.backends.verl.plugin
 
 
+MASTER_DTYPE = "fp32"  # the master weights' dtype in both backends (TRL: GRPOConfig model_init_kwargs)
+
+
+def mixed_precision(spec: ExperimentSpec) -> dict[str, str]:
+    """verl's FSDP MixedPrecision for the spec's compute dtype: parameters cast to it for forward and backward,
+    gradient reduction and buffers in fp32."""
+    return {"param_dtype": spec.curator.precision, "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+
+
 def check_runnable(spec: ExperimentSpec) -> None:
     """Refuse, before verl's child starts, a spec verl would reject only deep inside it (one line: field, value,
     fix). `twinrun train --backend verl` and `twinrun run` call this beside the per-step counts check."""
@@ -130,20 +139,16 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "trainer.logger": ["console"],
         "data.seed": spec.seed,
         f"{R}.seed": spec.seed,
-        f"{A}.fsdp_config.model_dtype": "bf16" if spec.curator.precision == "bf16" else "fp32",
-        # compute precision: verl's FSDP default autocasts to bf16 even with an fp32 model; TRL on CPU runs fp32
-        f"+{A}.fsdp_config.mixed_precision": {
-            "param_dtype": "bf16" if spec.curator.precision == "bf16" else "fp32",
-            "reduce_dtype": "fp32",
-            "buffer_dtype": "fp32",
-        },
-        # the reference policy's engine has its own fsdp_config: without this it computes in bf16 (verl's default),
-        # and the KL term sees ~1e-2 log-prob noise at the first update (found by `twinrun parity`)
-        "+actor_rollout_ref.ref.fsdp_config.mixed_precision": {
-            "param_dtype": "bf16" if spec.curator.precision == "bf16" else "fp32",
-            "reduce_dtype": "fp32",
-            "buffer_dtype": "fp32",
-        },
+        # --- precision (DESIGN.md "precision is part of the arm"): fp32 master weights in both backends (the FSDP
+        # actor's parameters, which AdamW updates), the spec's compute dtype through FSDP's mixed precision (as TRL's
+        # bf16 autocast / DeepSpeed's bf16), gradients reduced in fp32. The reference policy holds and computes the
+        # same way (its engine has its own fsdp_config: left alone it loads bf16 weights and computes in bf16, and
+        # the KL term sees ~1e-2 log-prob noise at the first update; found by `twinrun parity`). Checkpoints are
+        # merged at the master weights' dtype (checkpoints.py)
+        f"{A}.fsdp_config.model_dtype": MASTER_DTYPE,
+        f"+{A}.fsdp_config.mixed_precision": mixed_precision(spec),
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": MASTER_DTYPE,
+        "+actor_rollout_ref.ref.fsdp_config.mixed_precision": mixed_precision(spec),
         # log-prob passes (old policy, reference) use the same micro batch as the update (verl requires a value)
         f"{R}.log_prob_micro_batch_size_per_gpu": b.micro_batch_per_device,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": b.micro_batch_per_device,
@@ -274,6 +279,29 @@ def _knobs(spec: ExperimentSpec, ov: dict[str, Any]) -> dict[str, KnobSetting]:
         ),
         "max_completion_tokens": k("(unused: a row is one turn)", None) if per_position else k(
             f"data.max_response_length={ov['data.max_response_length']}", ov["data.max_response_length"]),
+        **_precision_knobs(ov),
         "checkpoint_every": k(f"trainer.save_freq={ov['trainer.save_freq']}", ov["trainer.save_freq"]),
         "seed": k(f"data.seed={ov['data.seed']}", ov["data.seed"]),
+    }
+
+
+def _precision_knobs(ov: dict[str, Any]) -> dict[str, KnobSetting]:
+    """Master weights, compute dtype and checkpoint dtype as this config realises them (after overrides)."""
+    k = KnobSetting
+    master = ov[f"{A}.fsdp_config.model_dtype"]
+    mp = ov[f"+{A}.fsdp_config.mixed_precision"]
+    ref_mp = ov["+actor_rollout_ref.ref.fsdp_config.mixed_precision"]
+    ref_master = ov["actor_rollout_ref.ref.fsdp_config.model_dtype"]
+    compute_why = None
+    if mp.get("reduce_dtype") != "fp32":
+        compute_why = f"gradients reduced in {mp.get('reduce_dtype')} (TRL reduces fp32 gradients)"
+    elif (ref_mp, ref_master) != (mp, master):
+        compute_why = "the reference policy's precision differs from the actor's (TRL's reference copies the policy's)"
+    return {
+        "master_weights": k(f"actor.fsdp_config.model_dtype={master} (FSDP shards, AdamW state)", master),
+        "compute_dtype": k(
+            f"actor/ref.fsdp_config.mixed_precision.param_dtype={mp.get('param_dtype')}, "
+            f"reduce_dtype={mp.get('reduce_dtype')}", mp.get("param_dtype"), compute_why),
+        "checkpoint_dtype": k(f"merged at model_dtype={master} (checkpoints.py; verl's merger would cast to bf16)",
+                              master),
     }
