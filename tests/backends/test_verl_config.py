@@ -136,3 +136,55 @@ def test_seq_mean_token_sum_divides_by_trls_max_completion_length(repo_root, con
                      [f"curator.context={context}", "algorithm.loss_aggregation=seq_mean_token_sum"])
     verl_factor = compile_spec(spec).config["actor_rollout_ref.actor.loss_scale_factor"]
     assert verl_factor == trl_compile(spec).config["max_completion_length"] == spec.curator.training_completion_tokens
+
+
+def _model_folder(tmp_path, positions: int) -> str:
+    """A local model folder holding only a config.json (what the context check reads)."""
+    from transformers import Qwen3Config
+
+    Qwen3Config(max_position_embeddings=positions).save_pretrained(tmp_path / "m")
+    return str(tmp_path / "m")
+
+
+def test_rollout_length_follows_the_context_shape(repo_root):
+    """Issue 29: verl's vLLM max_model_len was max_prompt + max_completion (49,152 for the paper arm, above
+    Qwen3-8B's 40,960: vLLM refuses it at start). per_position holds one position's prompt and one turn; red on
+    main (49152)."""
+    paper = repo_root / "experiments" / "skillos-alfworld-qwen3-8b.yaml"
+    spec = load_spec(paper)
+    assert spec.curator.context == "per_position"
+    assert vconfig.gpu_overrides(spec)["actor_rollout_ref.rollout.max_model_len"] == 16384 + 4096
+    acc = load_spec(paper, ["curator.context=accumulated", "curator.max_completion_tokens=24576"])
+    assert vconfig.gpu_overrides(acc)["actor_rollout_ref.rollout.max_model_len"] == 16384 + 24576
+
+
+def test_a_context_above_the_models_limit_is_refused_in_one_line(repo_root, tmp_path):
+    from twinrun.backends.verl.compile import check_runnable
+    from twinrun.core.errors import TwinrunError
+
+    paper = repo_root / "experiments" / "skillos-alfworld-qwen3-8b.yaml"
+    model = _model_folder(tmp_path, 40960)  # Qwen3-8B's max_position_embeddings
+    check_runnable(load_spec(paper, [f"curator.model={model}"]), log=lambda line: None)  # 20,480: fits
+    with pytest.raises(TwinrunError) as e:  # accumulated: 16,384 + 32,768 = 49,152
+        check_runnable(load_spec(paper, [f"curator.model={model}", "curator.context=accumulated"]))
+    msg = str(e.value)
+    assert "\n" not in msg and "max_completion_tokens" in msg and "49152" in msg and "40960" in msg
+    small = _model_folder(tmp_path / "s", 8192)
+    with pytest.raises(TwinrunError, match=r"max_response_tokens \(per_position: prompt \+ one turn\) = 20480 "):
+        check_runnable(load_spec(paper, [f"curator.model={small}"]))
+    with pytest.raises(TwinrunError, match="overrides.verl.actor_rollout_ref.rollout.max_model_len: 49152 exceeds"):
+        check_runnable(load_spec(paper, [f"curator.model={model}",
+                                         "overrides.verl.actor_rollout_ref.rollout.max_model_len=49152"]))
+
+
+def test_the_context_check_is_skipped_with_a_note_when_the_config_is_not_here(repo_root):
+    """A hub name with nothing in the local HF cache (offline here): said, not guessed; tiny-qwen3's limit is its
+    builder's."""
+    from twinrun.backends.verl.compile import check_context
+
+    notes: list[str] = []
+    spec = load_spec(repo_root / "experiments" / "skillos-alfworld-qwen3-8b.yaml",
+                     ["curator.model=twinrun-test/not-a-cached-model"])
+    assert check_context(spec, notes.append) is None
+    assert len(notes) == 1 and "not checked" in notes[0] and "not-a-cached-model" in notes[0]
+    assert check_context(load_spec(repo_root / "experiments" / "smoke-cpu.yaml"), notes.append) == 8192

@@ -8,7 +8,7 @@ CPU-only settings (the transformers rollout, the CPU platform) are added by the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from twinrun.backends.verl.estimators import estimator_overrides
 from twinrun.backends.verl.names import AGENT_LOOP_NAME, ROWS_PER_ROLLOUT_KEY, TRAINER_MODE
@@ -49,9 +49,50 @@ def mixed_precision(spec: ExperimentSpec) -> dict[str, str]:
     return {"param_dtype": spec.curator.precision, "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
-def check_runnable(spec: ExperimentSpec) -> None:
+def rollout_context_tokens(spec: ExperimentSpec) -> int:
+    """The longest sequence verl's rollout holds, from the context shape: per_position, one position's prompt and
+    one curator turn; accumulated, the first prompt and the whole multi-turn completion (every turn and tool
+    result). verl's vLLM server is started with this as max_model_len (config.gpu_overrides)."""
+    c = spec.curator
+    return c.max_prompt_tokens + (c.max_response_tokens if c.context == "per_position" else c.max_completion_tokens)
+
+
+def _context_fields(spec: ExperimentSpec) -> str:
+    c = spec.curator
+    return ("curator.max_prompt_tokens + max_response_tokens (per_position: prompt + one turn)"
+            if c.context == "per_position"
+            else "curator.max_prompt_tokens + max_completion_tokens (accumulated: prompt + every turn)")
+
+
+def check_context(spec: ExperimentSpec, log: Callable[[str], None] = print) -> int | None:
+    """Refuse a rollout context the curator model cannot hold (vLLM refuses max_model_len above the model's
+    max_position_embeddings when its server starts, minutes into a cluster job; verl's validate_config accepts
+    it). The limit is read from the model's config (models/limits.py); when it cannot be read here the check is
+    skipped with a note. Returns the limit (None when unknown)."""
+    from twinrun.models.limits import max_positions
+
+    need = rollout_context_tokens(spec)
+    configured = flatten_overrides(spec.overrides.get("verl", {})).get(f"{R}.max_model_len")
+    limit, where = max_positions(spec.curator.model)
+    if limit is None:
+        log(f"verl: rollout context {need} tokens not checked against the model's limit: {where} (fix: download "
+            "its config, or give curator.model as a local folder)")
+        return None
+    if need > limit:
+        raise TwinrunError(
+            f"{_context_fields(spec)} = {need} exceeds {spec.curator.model}'s max_position_embeddings {limit} "
+            f"({where}) (fix: lower them to sum to at most {limit})")
+    if configured is not None and int(configured) > limit:
+        raise TwinrunError(
+            f"overrides.verl.{R}.max_model_len: {configured} exceeds {spec.curator.model}'s max_position_embeddings "
+            f"{limit} (fix: remove the override; twinrun derives {need} from the context shape)")
+    return limit
+
+
+def check_runnable(spec: ExperimentSpec, log: Callable[[str], None] = print) -> None:
     """Refuse, before verl's child starts, a spec verl would reject only deep inside it (one line: field, value,
     fix). `twinrun train --backend verl` and `twinrun run` call this beside the per-step counts check."""
+    check_context(spec, log)
     if spec.optimizer.schedule == "linear":
         raise TwinrunError(
             "optimizer.schedule: 'linear' is not a verl schedule (verl's FSDP optimizer accepts constant and cosine; "

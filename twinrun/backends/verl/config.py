@@ -59,7 +59,9 @@ def gpu_overrides(spec: Any) -> dict[str, Any]:
     """The real-scale path: verl's vLLM rollout (hybrid engine, colocated with the FSDP actor) on a Ray cluster.
     Knobs a cluster owner tunes per model (memory share, context length, tensor parallel) are in
     experiments/cluster/verl-ray-vllm.yaml and applied as ``overrides.verl``."""
-    ctx = spec.curator.max_prompt_tokens + spec.curator.max_completion_tokens
+    from twinrun.backends.verl.compile import rollout_context_tokens
+
+    ctx = rollout_context_tokens(spec)  # per_position: prompt + one turn; accumulated: prompt + every turn
     return {
         f"{R}.name": "vllm",
         f"{R}.mode": "async",
