@@ -17,6 +17,8 @@ One generation batch (:class:`PerPositionGRPOTrainer`):
    one batch with the trainer's own generation path (``_generate_single_turn``: transformers or vLLM), and the
    turns are submitted to the sessions concurrently (core applies the operations and plays position p+1).
    Finally every session finishes. One row = one turn: ``max_completion_length`` is the per-turn cap.
+   Under vLLM colocate with sleep mode, vLLM stays awake for the whole position loop (:func:`vllm_awake_for_step`):
+   one weight sync per step, not one per position; ``weight_syncs`` per step are in trl_log.jsonl.
 3. Extra fields reach the one reward function per slot: a slot's reward is its rollout's composite reward.
 4. After TRL's scoring, core's per-row advantages (:func:`~twinrun.core.training_rows.row_advantages` over the
    batch gathered from every process) replace TRL's; rows.jsonl records each trained row.
@@ -26,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +181,51 @@ def slot_scores(slots: Sequence[Slot], results: dict[tuple[str, int], CurationRe
     return [rows[s.rollout_key][s.position - 1] for s in slots]
 
 
+@contextmanager
+def vllm_awake_for_step(generation: Any) -> Iterator[None]:
+    """Keep TRL's colocated vLLM awake for one step's position loop, then put it to sleep once.
+
+    TRL 1.16's ``VLLMGeneration.generate`` (colocate, ``vllm_enable_sleep_mode``) wakes the KV cache, generates,
+    then sleeps at level 2, which discards the weights, and the next call re-syncs the whole policy into vLLM
+    (``sync_weights``) before generating. per_position generates once per position: |G| full weight syncs per step
+    (10 for the paper arm) where the weights change once. Here the step's one sync is TRL's own (``_generate``,
+    before the rollout_func); the KV cache is woken once, generate() is told not to sleep, and on exit (also on
+    error) vLLM sleeps at level 2 as TRL would, so ZeRO-3 gets the memory back for the update. A no-op without
+    vLLM, in server mode, or without sleep mode."""
+    if generation is None or getattr(generation, "mode", None) != "colocate" or not generation.enable_sleep_mode:
+        yield
+        return
+    if generation._llm_weights_sleeping:  # TRL did not sync this step (it does before every rollout_func)
+        generation.sync_weights()
+    generation.llm.wake_up(tags=["kv_cache"])
+    generation.enable_sleep_mode = False
+    try:
+        yield
+    finally:
+        generation.enable_sleep_mode = True
+        generation.llm.sleep(level=2)
+        generation._llm_weights_sleeping = True
+
+
+class SyncCounter:
+    """Counts ``sync_weights`` calls on TRL's vLLM generation object (wrapped once per object)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def watch(self, generation: Any) -> None:
+        if generation is None or getattr(generation, "_twinrun_sync_counter", None) is self:
+            return
+        sync = generation.sync_weights
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return sync(*args, **kwargs)
+
+        generation.sync_weights = counted
+        generation._twinrun_sync_counter = self
+
+
 def _rollout_func(prompts: list[Any], trainer: PerPositionGRPOTrainer) -> dict[str, Any]:
     return trainer.per_position_rollout(prompts)
 
@@ -203,6 +251,7 @@ class PerPositionGRPOTrainer(DecayEveryParameter, GRPOTrainer):
                                        max_prompt_tokens=max_prompt_tokens)
         self._slots: list[Slot] = []
         self._output: StepperOutput | None = None
+        self.weight_syncs = SyncCounter()  # vLLM weight syncs of the step being generated (metrics: weight_syncs)
         self.last_trl_advantages: torch.Tensor | None = None
         self.last_core_advantages: torch.Tensor | None = None
 
@@ -211,7 +260,8 @@ class PerPositionGRPOTrainer(DecayEveryParameter, GRPOTrainer):
         if len(prompts) != len(self._slots):
             raise TwinrunError(f"trl per_position: rollout_func got {len(prompts)} prompts for {len(self._slots)} "
                                "slots (fix: call it through _generate_and_score_completions)")
-        out = self.stepper.run(self._slots, self.generate_turns)
+        with vllm_awake_for_step(self.vllm_generation if self.use_vllm else None):
+            out = self.stepper.run(self._slots, self.generate_turns)
         self._output = out
         totals = [out.results[s.rollout_key].total for s in self._slots]
         return {"prompt_ids": out.prompt_ids, "completion_ids": out.completion_ids, "logprobs": out.logprobs,
@@ -232,6 +282,9 @@ class PerPositionGRPOTrainer(DecayEveryParameter, GRPOTrainer):
         offset = self.accelerator.process_index * len(inputs)
         self._slots = slots_of(inputs, offset, self.num_generations, self.runtime.group_size)
         self._output = None
+        self.weight_syncs.count = 0
+        if self.use_vllm:
+            self.weight_syncs.watch(self.vllm_generation)
         out = super()._generate_and_score_completions(inputs)
         t_rollout = time.perf_counter() - t0
         stepper = self._output
@@ -258,6 +311,7 @@ class PerPositionGRPOTrainer(DecayEveryParameter, GRPOTrainer):
             self.on_batch(step + 1, records, {
                 "wall_s": {"rollout": t_rollout, "advantages": t_adv, **stepper.wall_s},
                 "advantages": gathered_advantages(self.last_trl_advantages, out["advantages"], self.estimator),
+                "weight_syncs": self.weight_syncs.count if self.use_vllm else 0,
             }, rows=rows)
         check_health([r for r, _ in records], step + 1, self.max_unmeasured_share, self.max_missing_turn_share)
         return out
