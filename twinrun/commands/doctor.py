@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from twinrun.commands._common import SetOption, spec_from_cli
+
 
 def register(app: typer.Typer) -> None:
     app.command("doctor")(doctor)
@@ -39,8 +41,18 @@ def _alfworld_splits(t: Table, root: Path) -> None:
                   f"{skipped_text(skipped)})")
 
 
-def doctor() -> None:
-    """Check the environment: framework versions against the pins, ALFWORLD_DATA, Java for ScienceWorld."""
+def doctor(
+    gpu: Path | None = typer.Option(None, "--gpu", help="SPEC: check what its cluster job needs (GPUs against "
+                                    "resources, CUDA/NCCL, versions against requirements/gpu-lock.txt, vLLM and "
+                                    "flash-attn, the spec's splits, context against the model, disk, memory)"),
+    out: Path = typer.Option(Path("runs"), "--out", help="with --gpu: where the run's checkpoints will be written"),
+    sets: list[str] = SetOption,
+) -> None:
+    """Check the environment: framework versions against the pins, ALFWORLD_DATA, Java for ScienceWorld; with
+    --gpu SPEC, what that spec's GPU job needs (exit 1 when a check fails)."""
+    if gpu is not None:
+        _gpu_doctor(gpu, out, sets)
+        return
     from twinrun.backends.registry import BACKENDS, missing_dependencies
     from twinrun.backends.trl.compile import TRL_VERSION
     from twinrun.backends.verl.compile import VERL_VERSION
@@ -68,3 +80,18 @@ def doctor() -> None:
     java = shutil.which("java")
     t.add_row("java (ScienceWorld)", java or "-", "ok" if java else "install a JRE 17")
     console.print(t)
+
+
+def _gpu_doctor(spec_path: Path, out: Path, sets: list[str]) -> None:
+    from twinrun.app.gpu_checks import gpu_checks
+
+    spec = spec_from_cli(spec_path, sets)
+    rows = gpu_checks(spec, out)
+    t = Table(title=f"twinrun doctor --gpu {spec.name}")
+    for col in ("check", "found", "status", "why"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.name, r.found, r.status, r.why)
+    Console(width=200).print(t)
+    if any(r.status == "fail" for r in rows):
+        raise typer.Exit(1)
