@@ -189,6 +189,12 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
                 **common, reward_funcs=[broker.reward_function()], environment_factory=broker.new_environment,
                 broker=broker, keep_row_tokens=keep_row_tokens,
             )
+        from twinrun.testing.forced_turns import forced_turns, install_forced_turns
+
+        forced = forced_turns(model_path, tokenizer)  # a test stand-in's scripted turns; None for every real model
+        if forced is not None:
+            install_forced_turns(trainer.model, forced)
+            log(f"trl: the curator's tokens are forced by the test stand-in in {model_path}")
         if resume_from is not None and state.num_processes > 1 and spec.resources.gpus_per_node == 0:
             from twinrun.backends.trl.trainer import allow_indexed_cpu_locations
 

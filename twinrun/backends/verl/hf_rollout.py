@@ -41,19 +41,22 @@ def server_name(replica_rank: int, suffix: str = "") -> str:
     return f"twinrun_hf_server_{replica_rank}{suffix}"
 
 
-def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float, top_k: int, generator: torch.Generator
-                ) -> tuple[int, float]:
+def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float, top_k: int, generator: torch.Generator,
+                forced: int | None = None) -> tuple[int, float]:
     """Sample one token from logits[V]; return (token id, log-prob under logits/temperature).
 
     temperature 0 = greedy (log-prob under the raw logits). top_k <= 0 or None = off; top_p 1 = off. Filtering
     only restricts where the sample may land; the returned log-prob is the unfiltered tempered one (as the actor
-    recomputes it)."""
+    recomputes it). ``forced``: a test stand-in's token (twinrun.testing.forced_turns), returned with its log-prob
+    instead of a sample."""
     logits = logits.float()
     if temperature is None or temperature <= 0:
-        token = int(torch.argmax(logits))
+        token = int(torch.argmax(logits)) if forced is None else forced
         return token, float(torch.log_softmax(logits, -1)[token])
     scaled = logits / temperature
     logp = torch.log_softmax(scaled, -1)
+    if forced is not None:
+        return forced, float(logp[forced])
     filtered = scaled.clone()
     if top_k is not None and 0 < top_k < filtered.numel():
         kth = torch.topk(filtered, top_k).values[-1]
@@ -80,6 +83,9 @@ class HFGenerationServer:
             model_path, dtype=torch.float32, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
         )
         self.model.eval()
+        from twinrun.testing.forced_turns import forced_turns
+
+        self.forced = forced_turns(model_path)  # a test stand-in's scripted turns; None for every real model
         try:
             gen = GenerationConfig.from_pretrained(model_path)
             eos = gen.eos_token_id
@@ -121,8 +127,9 @@ class HFGenerationServer:
             logps: list[float] = []
             stop_reason = "length"
             for _ in range(max_tokens):
+                forced = None if self.forced is None else self.forced.next_token(prompt_ids + tokens)
                 token, lp = sample_next(logits, temperature=temperature, top_p=top_p, top_k=top_k,
-                                        generator=self.generator)
+                                        generator=self.generator, forced=forced)
                 tokens.append(token)
                 logps.append(lp)
                 if token in stop:
