@@ -1,7 +1,9 @@
-"""The TRL backend end to end on CPU: experiments/smoke-cpu.yaml with the warm-started tiny curator, the scripted
-executor and real ALFWorld games. Checks the invariants of issue 6: per-step counts equal `plan`'s, positions
-measured, tool calls made, the neutral metrics schema, loadable checkpoints, core advantages = TRL's own where the
-semantics coincide, and --resume from the last complete checkpoint."""
+"""The TRL backend end to end on CPU: experiments/smoke-cpu.yaml with the tiny curator, the scripted executor and
+real ALFWorld games. The curator's turns are forced to valid curate calls (twinrun/testing/forced_turns.py), so what
+these plumbing tests check does not depend on which tokens the tiny model samples on this CPU (issue 34). Checks
+the invariants of issue 6: per-step counts equal `plan`'s, positions measured, tool calls made, the neutral metrics
+schema, loadable checkpoints, core advantages = TRL's own where the semantics coincide, and --resume from the last
+complete checkpoint."""
 
 from __future__ import annotations
 
@@ -19,15 +21,24 @@ from twinrun.core.spec import load_spec
 from twinrun.testing.tracker_files import (TEST_PROJECT, check_tracker_matches_metrics, check_wandb_training_run,
                                            tensorboard_scalars, tracked)
 
-pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld]
+pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld, pytest.mark.sampling]
 
 # this file trains the accumulated shape (one sequence per rollout); per_position: test_*_per_position.py
 ACCUMULATED = ["curator.context=accumulated", "checkpoint_every=2"]  # the demo checkpoints every step; two checkpoints suffice here
 
 
 @pytest.fixture(scope="module")
-def smoke(repo_root):
-    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ACCUMULATED)
+def arm(repo_root, forced_curator):
+    """The overrides every run here trains: the accumulated shape, and the tiny curator with its turns forced to
+    valid curate calls (conftest ``forced_curator``): these tests check plumbing, which must not hang on whether
+    the tiny model samples a call that applies (issue 34: on an AVX-512 CPU none of its calls did)."""
+    folder = forced_curator(load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ACCUMULATED))
+    return [*ACCUMULATED, f"curator.model={folder}"]
+
+
+@pytest.fixture(scope="module")
+def smoke(repo_root, arm):
+    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml", arm)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +85,9 @@ def test_smoke_trains_three_steps_with_plans_counts(smoke, smoke_run):
     rollouts = list(read_jsonl(RunPaths(out).rollouts))
     assert len(rollouts) == smoke.steps * counts["curation_trajectories"]
     assert sum(r["ops_applied"] for r in rollouts) > 0, "no curate operation reached a skill repo"
+    # the forced turns' operations all apply (insert, update, delete): every turn made reached its rollout's repo
+    g = smoke.environment.group_size
+    assert [r["ops_applied"] for r in rollouts] == [g - r["turns_missing"] for r in rollouts]
     episodes = list(read_jsonl(RunPaths(out).episodes))
     assert len(episodes) == sum(r["executor_episodes"] for r in rows)
 
@@ -105,13 +119,13 @@ def test_core_advantages_equal_trls_own_for_the_smoke_semantics(smoke, smoke_run
         assert b["prefetch_mismatches"] == 0
 
 
-def test_run_folder_is_never_overwritten(smoke, smoke_run, cache_dir, alfworld_data):
+def test_run_folder_is_never_overwritten(smoke, arm, smoke_run, cache_dir, alfworld_data):
     from twinrun.backends.trl.train import train
 
     out, _ = smoke_run
     with pytest.raises(TwinrunError, match="not empty"):
         train(smoke, out, resume=False, cache_dir=cache_dir, data_root=alfworld_data)
-    changed = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED + ["optimizer.lr=2e-5"])
+    changed = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", arm + ["optimizer.lr=2e-5"])
     with pytest.raises(TwinrunError, match="different spec"):
         train(changed, out, resume=True, cache_dir=cache_dir, data_root=alfworld_data)
 
@@ -168,12 +182,12 @@ def test_wandb_offline_run_holds_the_metrics_and_the_console_shows_each_step(smo
     assert f"episodes {rows[0]['executor_episodes']}" in lines[0]
 
 
-def test_trl_preset_reproduces_trls_group_scaled_advantages(smoke, cache_dir, alfworld_data, tmp_path):
+def test_trl_preset_reproduces_trls_group_scaled_advantages(smoke, arm, cache_dir, alfworld_data, tmp_path):
     """scale_rewards='group' (mean and Bessel std, +1e-4): core's `trl` preset must give TRL's exact numbers."""
     from twinrun.backends.trl.train import train
     from twinrun.core.advantages import PRESETS
 
-    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED +
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", arm +
                      ["algorithm.scale=group", "steps=1", "checkpoint_every=1"])
     train(spec, tmp_path / "run", cache_dir=cache_dir, data_root=alfworld_data, estimator=PRESETS["trl"].config)
     (batch,) = _batches(tmp_path / "run")
@@ -193,14 +207,14 @@ def test_trl_preset_reproduces_trls_group_scaled_advantages(smoke, cache_dir, al
     assert batch["advantages"]["core"] == pytest.approx(batch["advantages"]["trl"], abs=tol), tol
 
 
-def test_gigpo_trains_with_per_token_advantages(smoke, cache_dir, alfworld_data, tmp_path):
+def test_gigpo_trains_with_per_token_advantages(smoke, arm, cache_dir, alfworld_data, tmp_path):
     """GiGPO's (B, T) advantages (per-position spans from TRL's tool mask) go through TRL's real loss."""
     from twinrun.backends.trl.train import train
 
     from twinrun.core.advantages import estimator_config
     from twinrun.core.anchors import anchor_stats, step_rows
 
-    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED +
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", arm +
                      ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1", "batch.rollouts_per_group=4"])
     summary = train(spec, tmp_path / "run", cache_dir=cache_dir, data_root=alfworld_data)
     assert summary["checkpoints"] == [1]
@@ -218,13 +232,13 @@ def test_gigpo_trains_with_per_token_advantages(smoke, cache_dir, alfworld_data,
     assert batch["advantages"]["estimator"]["estimator"] == "gigpo"
 
 
-def test_a_step_with_too_many_missing_turns_stops_before_its_update(smoke, cache_dir, alfworld_data, tmp_path):
+def test_a_step_with_too_many_missing_turns_stops_before_its_update(smoke, arm, cache_dir, alfworld_data, tmp_path):
     """curator.max_missing_turn_share: a completion cap no tool result fits under leaves positions 2..|G| without a
     curator turn in every rollout; the step stops with a one-line error before TRL's update (records kept)."""
     from twinrun.backends.trl.train import train
     from twinrun.core.step_health import MissingTurnsError
 
-    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED + [
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", arm + [
         "steps=1", "checkpoint_every=1", "batch.groups_per_step=1", "environment.group_size=2",
         "curator.max_completion_tokens=96", "curator.max_missing_turn_share=0.4"])
     out = tmp_path / "run"
@@ -235,7 +249,7 @@ def test_a_step_with_too_many_missing_turns_stops_before_its_update(smoke, cache
     assert not RunPaths(out).checkpoints.exists()  # no update, no checkpoint
 
 
-def test_the_update_follows_cores_advantages(smoke, cache_dir, alfworld_data, tmp_path, monkeypatch):
+def test_the_update_follows_cores_advantages(smoke, arm, cache_dir, alfworld_data, tmp_path, monkeypatch):
     """Weight decay 0, KL 0: with every advantage forced to 0 (a test estimator patched in for core's), TRL's update
     leaves every weight unchanged; with core's advantages the weights move. Fails if the trainer stops handing
     core's advantages to TRL's loss (TRL's own group-normalised advantages are not all 0)."""
@@ -248,7 +262,7 @@ def test_the_update_follows_cores_advantages(smoke, cache_dir, alfworld_data, tm
     from twinrun.backends.trl.train import train
     from twinrun.warmstart import resolve_curator_model
 
-    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", ACCUMULATED +
+    spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", arm +
                      ["steps=1", "checkpoint_every=1", "optimizer.weight_decay=0.0", "batch.groups_per_step=1",
                       "batch.rollouts_per_group=4"])
     init = AutoModelForCausalLM.from_pretrained(
@@ -270,8 +284,8 @@ def test_the_update_follows_cores_advantages(smoke, cache_dir, alfworld_data, tm
     assert any(abs(a) > 1e-6 for a in batch["advantages"]["core"]) and moved(tmp_path / "core") > 0.0
 
 
-def test_gigpo_loss_weighs_each_token_with_its_positions_core_advantage(smoke, cache_dir, alfworld_data, tmp_path,
-                                                                        monkeypatch):
+def test_gigpo_loss_weighs_each_token_with_its_positions_core_advantage(smoke, arm, cache_dir, alfworld_data,
+                                                                        tmp_path, monkeypatch):
     """estimator: gigpo, one TRL step: the ``advantages`` GRPOTrainer's ``_compute_loss`` receives are per token,
     and on every loss-carrying token of every curator turn they equal core's advantage of the position that turn
     carries, rebuilt here from rollouts.jsonl alone (core's per-position advantages, `core.training_rows`; the
@@ -287,7 +301,7 @@ def test_gigpo_loss_weighs_each_token_with_its_positions_core_advantage(smoke, c
     from twinrun.core.training_rows import rollout_rows, row_advantages
 
     spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml",
-                     ACCUMULATED + ["steps=1", "checkpoint_every=1", "algorithm.estimator=gigpo",
+                     arm + ["steps=1", "checkpoint_every=1", "algorithm.estimator=gigpo",
                                     "batch.groups_per_step=1", "batch.rollouts_per_group=4"])
     seen: list[tuple[list[int], list[float], list[int]]] = []
     original = TwinrunGRPOTrainer._compute_loss

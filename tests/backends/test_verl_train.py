@@ -1,6 +1,8 @@
 """The verl backend end to end on 2 CPU cores: experiments/smoke-cpu.yaml through verl 0.9.1's own trainer
-(`verl.trainer.main_ppo`, v1 sync trainer, FSDP2 actor on gloo) with the warm-started tiny curator, the out-of-tree
-transformers rollout, the curator agent loop, core's estimator, the scripted executor and real ALFWorld games.
+(`verl.trainer.main_ppo`, v1 sync trainer, FSDP2 actor on gloo) with the tiny curator, the out-of-tree
+transformers rollout, the curator agent loop, core's estimator, the scripted executor and real ALFWorld games. The
+curator's turns are forced to valid curate calls (twinrun/testing/forced_turns.py), so what these plumbing tests
+check does not depend on which tokens the tiny model samples on this CPU (issue 34).
 
 Checks issue 7's "done when": >= 3 steps and >= 2 checkpoints, per-step counts equal plan's (and so the TRL
 backend's), the run directory the TRL backend writes, HF-loadable checkpoints, and --resume (refusing a changed
@@ -22,15 +24,23 @@ from twinrun.core.spec import load_spec  # noqa: E402
 from twinrun.testing.tracker_files import (TEST_PROJECT, check_tracker_matches_metrics, check_wandb_training_run,
                                            tensorboard_scalars, tracked)  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld]
+pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld, pytest.mark.sampling]
 
 # this file trains the accumulated shape (one sequence per rollout); per_position: test_*_per_position.py
 ACCUMULATED = ["curator.context=accumulated", "checkpoint_every=2"]  # the demo checkpoints every step; these tests resume from step 2
 
 
 @pytest.fixture(scope="module")
-def smoke(repo_root):
-    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ACCUMULATED)
+def arm(repo_root, forced_curator):
+    """The overrides every run here trains: the accumulated shape, and the tiny curator with its turns forced to
+    valid curate calls (conftest ``forced_curator``), so the plumbing checked here holds on every CPU (issue 34)."""
+    folder = forced_curator(load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ACCUMULATED))
+    return [*ACCUMULATED, f"curator.model={folder}"]
+
+
+@pytest.fixture(scope="module")
+def smoke(repo_root, arm):
+    return load_spec(repo_root / "experiments" / "smoke-cpu.yaml", arm)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +99,9 @@ def test_smoke_trains_three_steps_with_plans_counts(smoke, smoke_run):
         assert len(set(keys)) == len(keys) == counts["curation_trajectories"]
         assert len({g for g, _ in keys}) == smoke.batch.groups_per_step
     assert sum(r["ops_applied"] for r in rollouts) > 0, "no curate operation reached a skill repo"
+    # the forced turns' operations all apply (insert, update, delete): every turn made reached its rollout's repo
+    g = smoke.environment.group_size
+    assert [r["ops_applied"] for r in rollouts] == [g - r["turns_missing"] for r in rollouts]
     episodes = list(read_jsonl(paths.episodes))
     assert len(episodes) == sum(r["executor_episodes"] for r in rows)
 
@@ -184,14 +197,14 @@ def test_resume_continues_after_the_last_checkpoint(smoke, smoke_run, cache_dir,
     assert len(list(read_jsonl(paths.episodes))) == sum(r["executor_episodes"] for r in rows)
 
 
-def test_gigpo_trains_and_reports_its_anchor_groups(smoke, cache_dir, tmp_path):
+def test_gigpo_trains_and_reports_its_anchor_groups(smoke, arm, cache_dir, tmp_path):
     """estimator: gigpo through main_ppo with 4 rollouts per group: metrics.jsonl carries the anchor-group shares
     of the rows core's estimator got (the default anchor), equal to those rebuilt from rollouts.jsonl."""
     from twinrun.backends.verl.train import train
     from twinrun.core.advantages import estimator_config
     from twinrun.core.anchors import anchor_stats, step_rows
 
-    spec = load_spec(smoke.source_dir / "smoke-cpu.yaml", ACCUMULATED +
+    spec = load_spec(smoke.source_dir / "smoke-cpu.yaml", arm +
                      ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1", "batch.rollouts_per_group=4"])
     train(spec, tmp_path / "run", resume=False, cache_dir=cache_dir)
     (row,) = read_jsonl(RunPaths(tmp_path / "run").metrics)
