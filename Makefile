@@ -21,7 +21,7 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env demo learn test test-all test-fast plan bench clean-demo
+.PHONY: env demo learn test test-all test-fast test-kernels plan bench clean-demo
 
 env: $(VENV)/.installed
 
@@ -57,6 +57,12 @@ test-all: env
 
 # the old name of the fast tier
 test-fast: test
+
+# the tests in which a model samples tokens (marker `sampling`) once more under torch's portable CPU kernels: a test
+# that passes only with this CPU's kernels (AVX2, AVX-512: other kernels, other sampled tokens) goes red here too
+test-kernels: env
+	@ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -m sampling $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no sampling tests"; exit 1; fi; exit $$rc
 
 plan: env
 	$(BIN)/twinrun plan experiments/skillos-alfworld-qwen3-8b.yaml

@@ -47,6 +47,7 @@ def test_the_readme_block_exports_relative_paths_and_trains_both_backends(repo_r
 
 @pytest.mark.alfworld
 @pytest.mark.slow
+@pytest.mark.sampling
 def test_readme_by_hand_commands_run_verbatim(repo_root: Path, tmp_path: Path, alfworld_data: Path,
                                              cache_dir: Path) -> None:
     clone = tmp_path / "clone"

@@ -29,7 +29,7 @@ pytest.importorskip("verl")
 from twinrun.core.records import read_jsonl
 from twinrun.core.spec import load_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.verl, pytest.mark.alfworld]
+pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.verl, pytest.mark.alfworld, pytest.mark.sampling]
 
 WEIGHT_TOL = 3e-2  # see the module docstring: the fp32 + AdamW floor is ~2e-3 in total, 1.3e-2 in one group measured
 FLOOR = 2  # the gradient verdicts here are held at FLOOR x the default tol: TRL's padding, see the first test

@@ -15,7 +15,7 @@ pytest.importorskip("trl")
 pytest.importorskip("verl")
 pytest.importorskip("scienceworld")
 
-pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.verl, pytest.mark.sciworld]
+pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.verl, pytest.mark.sciworld, pytest.mark.sampling]
 
 REPO = Path(__file__).parents[2]
 SPEC = REPO / "experiments" / "sft-sciworld-qwen3-1.7b.yaml"

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("verl")
 
-pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.verl]
+pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.verl, pytest.mark.sampling]
 
 REPO = Path(__file__).parents[2]
 SPEC = REPO / "experiments" / "sft-sciworld-qwen3-1.7b.yaml"

@@ -36,7 +36,7 @@ from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
 from twinrun.core.training_rows import rollout_rows, row_advantages  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld]
+pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld, pytest.mark.sampling]
 
 TWO = ["curator.context=per_position", "curator.history=0", "resources.processes=2"]
 KILLED = TWO + ["steps=4", "checkpoint_every=2"]  # groups_per_step 2 x rollouts_per_group 2 (the smoke arm's)

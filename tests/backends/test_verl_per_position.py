@@ -12,7 +12,7 @@ pytest.importorskip("verl")
 from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld]
+pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld, pytest.mark.sampling]
 
 PER_POSITION = ["curator.context=per_position", "curator.history=0", "steps=2", "checkpoint_every=2"]
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-pytestmark = pytest.mark.verl
+pytestmark = [pytest.mark.verl, pytest.mark.sampling]
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("verl")

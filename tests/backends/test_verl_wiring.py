@@ -32,7 +32,7 @@ torch = pytest.importorskip("torch")
 
 from twinrun.core.spec import load_spec  # noqa: E402
 
-pytestmark = [pytest.mark.verl, pytest.mark.slow]
+pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.sampling]
 
 CHILD = Path(__file__).with_name("verl_wiring_child.py")
 

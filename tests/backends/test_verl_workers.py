@@ -25,7 +25,7 @@ from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
 from twinrun.testing.tracker_files import check_wandb_training_run, tracked  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld]
+pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld, pytest.mark.sampling]
 
 TWO_WORKERS = ["resources.processes=2", "curator.history=0", "steps=2", "checkpoint_every=2"]
 

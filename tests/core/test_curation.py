@@ -130,6 +130,7 @@ def test_runtime_from_the_smoke_spec(repo_root, alfworld_data):
 
 @pytest.mark.trl
 @pytest.mark.slow
+@pytest.mark.sampling
 def test_full_rollout_with_a_tiny_local_qwen3_curator(pool, prompts, group, tmp_path_factory, tmp_path):
     """|G| = 3. The curator's turns come from a real tiny Qwen3 (random weights, local tokenizer): its sampled
     text is used as-is (turn 2: no tool call, nothing applied) or wrapped into a well-formed `curate` call

@@ -362,6 +362,7 @@ def curate_one_rollout(spec, alfworld_data):
 
 
 @pytest.mark.trl
+@pytest.mark.sampling
 def test_hf_decoding_reaches_generate_and_the_model_config_fills_the_rest(cache_dir):
     """top_k=1 sampling must equal greedy decoding on a random tiny Qwen3 (it would not if top_k did not reach
     generate()); unsent fields take the model's generation_config and transformers' global defaults (top_k 50),

@@ -291,6 +291,7 @@ def test_fault_injection_unmeasured_not_failure(loop, prompts, games):
 
 @pytest.mark.trl
 @pytest.mark.slow
+@pytest.mark.sampling
 def test_hf_policy_generates_with_a_tiny_local_qwen3(loop, pool, prompts, games, tmp_path_factory):
     pytest.importorskip("transformers")
     from twinrun.models import build_tiny_qwen3

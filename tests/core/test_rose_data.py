@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.sciworld, pytest.mark.slow]
+pytestmark = [pytest.mark.sciworld, pytest.mark.slow, pytest.mark.sampling]
 
 TASK = "find-living-thing"
 

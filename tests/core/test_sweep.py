@@ -263,6 +263,7 @@ def test_ray_fan_out_matches_the_local_files(tmp_path: Path, smoke_spec_path: Pa
 
 @pytest.mark.alfworld
 @pytest.mark.slow
+@pytest.mark.sampling
 def test_hf_checkpoint_curator_generates_with_the_chat_template(tmp_path: Path, smoke_spec_path: Path,
                                                                  alfworld_data: Path) -> None:
     import shutil
