@@ -39,11 +39,21 @@ def forced(tiny, tmp_path_factory):
     return forced_curator_folder(tiny, tmp_path_factory.mktemp("forced") / "forced-curator", SCRIPT)
 
 
-def _prompt(tok, turns: int) -> list[int]:
+def _prompt(tok, turns: int, verl: bool = False) -> list[int]:
+    """A curation tool loop after ``turns`` curator turns (each a call and its tool result), ready for the next.
+    ``verl``: each turn also re-rendered before its tool result, as verl's accumulated loop lays the tokens out."""
     msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "chi 1"}]
+    ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
     for i in range(turns):
-        msgs += [{"role": "assistant", "content": f"turn {i}"}, {"role": "user", "content": f"chi {i + 2}"}]
-    return tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
+        call = {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "curate", "arguments": {"operations": []}}}]}
+        before = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        msgs += [call, {"role": "tool", "content": f"chi {i + 2}"}]
+        after = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        generated = "<tool_call>...</tool_call><|im_end|>" if verl else ""
+        ids += tok.encode(generated + after[len(before) - (len("<|im_start|>assistant\n") if verl else 0):],
+                          add_special_tokens=False)
+    return ids
 
 
 def test_a_plain_model_folder_is_not_forced(tiny):
@@ -60,6 +70,7 @@ def test_transformers_generate_emits_each_turns_script_in_a_left_padded_sampled_
     rule = forced_turns(forced, tok)
     install_forced_turns(model, rule)
     prompts = [_prompt(tok, 0), _prompt(tok, 2)]
+    assert rule.next_token(_prompt(tok, 1, verl=True)) == rule.next_token(_prompt(tok, 1)) != rule.next_token(prompts[0])
     width = max(map(len, prompts))
     ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])

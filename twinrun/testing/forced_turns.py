@@ -12,11 +12,13 @@ the log-probs and the tool loop are the backends' own; only the choice of token 
 - verl: the transformers rollout server (``backends/verl/hf_rollout.py``) asks :meth:`ForcedTurns.next_token`
   for each token, and reports the model's own tempered log-prob of it, as for a sampled one.
 
-Which turn: the number of assistant turns already in the sequence (the generation prompt's header,
-``<|im_start|>assistant\\n`` for Qwen3, counted); turn ``k`` is forced to ``turns[min(k, len(turns) - 1)]``, then
-the end-of-turn token. Stateless: the rule reads only the token ids, so it works for left-padded batches, multi-turn
-tool loops and per_position prompts alike. :func:`forced_curator_folder` writes such a folder; the spec names it
-with ``curator.model=<folder>`` (a local path), so a forced run's spec and records say what generated.
+Which turn: the number of tool results already in the sequence (``<tool_response>`` blocks, the Qwen3/Hermes
+template's; not the assistant headers, which verl's accumulated tool loop renders twice per turn); turn ``k`` is
+forced to ``turns[min(k, len(turns) - 1)]``, then the end-of-turn token, counted from the last generation prompt
+(``<|im_start|>assistant\\n`` for Qwen3). Stateless: the rule reads only the token ids, so it works for
+left-padded batches, multi-turn tool loops and per_position prompts alike. :func:`forced_curator_folder` writes
+such a folder; the spec names it with ``curator.model=<folder>`` (a local path), so a forced run's spec and records
+say what generated.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 FORCED_TURNS_FILE = "twinrun_forced_turns.json"
+TOOL_RESULT = "<tool_response>"  # how the Qwen3 (Hermes) template opens a tool result
 
 
 class ForcedTurns:
@@ -43,18 +46,24 @@ class ForcedTurns:
         self.header = tokenizer.encode(header, add_special_tokens=False)
         if not self.header:
             raise ValueError(f"{FORCED_TURNS_FILE}: the chat template adds no generation prompt to find turns by")
+        tool = [{"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": {}}}]}, {"role": "tool", "content": "x"}]
+        if TOOL_RESULT not in tokenizer.apply_chat_template(probe + tool, tokenize=False):
+            raise ValueError(f"{FORCED_TURNS_FILE}: the chat template does not wrap tool results in {TOOL_RESULT}")
+        self.tool_result = tokenizer.encode(TOOL_RESULT, add_special_tokens=False)
         eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
         self.turns = [list(tokenizer.encode(t, add_special_tokens=False)) + [eos] for t in turns]
 
     def next_token(self, ids: Sequence[int]) -> int:
         """The forced next token after ``ids`` (prompt and the tokens generated so far, any left padding)."""
-        h, n = self.header, len(self.header)
-        starts = [i for i in range(len(ids) - n + 1) if ids[i] == h[0] and list(ids[i:i + n]) == h]
+        ids = list(ids)
+        starts = _find(ids, self.header)
         if not starts:
             raise ValueError("forced turns: no generation prompt in the sequence (fix: render with "
                              "add_generation_prompt=True)")
-        script = self.turns[min(len(starts) - 1, len(self.turns) - 1)]
-        done = len(ids) - starts[-1] - n
+        turn = len(_find(ids[:starts[-1]], self.tool_result))
+        script = self.turns[min(turn, len(self.turns) - 1)]
+        done = len(ids) - starts[-1] - len(self.header)
         return script[min(done, len(script) - 1)]
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
@@ -65,6 +74,12 @@ class ForcedTurns:
         out = torch.full_like(scores, float("-inf"))
         out[torch.arange(scores.shape[0], device=scores.device), forced] = 0.0
         return out
+
+
+def _find(ids: list[int], pattern: list[int]) -> list[int]:
+    """Start of every occurrence of ``pattern`` in ``ids``."""
+    n, first = len(pattern), pattern[0]
+    return [i for i in range(len(ids) - n + 1) if ids[i] == first and ids[i:i + n] == pattern]
 
 
 def forced_turns(model_path: str | Path, tokenizer: Any = None) -> ForcedTurns | None:
