@@ -251,3 +251,49 @@ def test_warm_start_conversations_redraw_writes_that_fit_the_recorded_repository
             if op["function"] != "skill_delete":
                 assert op["function"] == ("skill_update" if present[chi] else "new_skill_insert"), (chi, op)
     assert {(False, "new_skill_insert"), (True, "skill_update")} <= seen, seen
+
+
+# what the warm start has learnt, as a rate: the share of turns sampled at temperature 1 on the held-out inputs that
+# parse as curate calls, pooled over PROBE_SEEDS draws of warmstart.py's own probe (16 turns per input each). Its
+# weights, and so the rate, differ with the CPU's kernels (issue 34); the bound sits far below the 98% recorded for
+# this warm start (DIVERGENCES B13) and far above an untrained model's 0%
+PROBE_SEEDS = 4
+MIN_PARSE_RATE = 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.alfworld
+@pytest.mark.sampling
+@pytest.mark.parametrize("context", ["per_position", "accumulated"])
+def test_the_warm_started_curator_writes_curate_calls_on_held_out_inputs(context, smoke_spec_path, cache_dir,
+                                                                         alfworld_data):
+    """The RL tests force the curator's turns (twinrun/testing/forced_turns.py); whether the warm start teaches the
+    tiny model to call ``curate`` at all is checked here, on inputs its SFT never saw, over several seeds."""
+    import os
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import get_training_chat_template
+
+    from twinrun.core.spec import load_spec
+    from twinrun.models.tiny import build_tiny_qwen3
+    from twinrun.models.warmstart import _system_prompt, cached_transcripts, probe, warm_started_tiny_curator
+
+    spec = load_spec(smoke_spec_path, [f"curator.context={context}"])
+    settings, environ = WarmStartSettings(), dict(os.environ)
+    folder = warm_started_tiny_curator(spec, cache_dir, data_root=alfworld_data, environ=environ)
+    recorded = cached_transcripts(spec, build_tiny_qwen3(cache_dir), settings,
+                                  folder.with_name(folder.name + ".transcripts.json"), data_root=alfworld_data,
+                                  environ=environ, say=print)
+    prompts = probe_prompts(recorded[settings.transcripts:], _system_prompt(spec), context=spec.curator.context,
+                            history=spec.curator.history)
+    assert prompts
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    rates = []
+    with torch.random.fork_rng(devices=[]):
+        for seed in range(PROBE_SEEDS):
+            torch.manual_seed(seed)
+            rates.append(probe(model, tok, prompts, get_training_chat_template(tok), settings))
+    print(f"warm start ({context}) parse rate per seed: {rates}")
+    assert sum(rates) / len(rates) >= MIN_PARSE_RATE, rates
