@@ -122,7 +122,7 @@ def curate_turns(group_size: int, name: str = "forced-tips") -> list[str]:
     to the rollout's repository. In the per_position shape every position gets the first turn (the insert): it
     applies at position 1 and is an invalid insert of an existing name after it."""
     from twinrun.core.toolcalls import format_curate_call
-    from twinrun.warmstart import FINAL_REPLY
+    from twinrun.models.warmstart import FINAL_REPLY
 
     def body(text: str) -> str:
         return f"---\nname: {name}\ndescription: pick and put tasks\n---\n{text}\n"
