@@ -7,7 +7,10 @@ perturbation (an object number), which exact matching keeps apart and similarity
 
 Prints CPU microseconds per call (median of repeats) and the ratio baseline / twinrun, for exact and similarity
 matching (plus exact matching on 16-hex hashes of the text, which is what twinrun's curator uses as anchors), and
-checks that both implementations return the same advantages. Run:
+checks that both implementations put the same rows in the same step groups and return the same advantages.
+The baseline's similarity matching is verl-agent's greedy loop (stdlib difflib, every row against each cluster's
+first member); twinrun's (core.advantages._similarity_clusters) makes the same decisions with fewer and faster
+ratio calls. Run:
 
     .venv/bin/python bench/advantages.py [--repeats N]
 """
@@ -112,19 +115,35 @@ def gigpo_dict(r, g, t, s, anchors, valid, *, gamma, w, mode, anchor_match, thre
     if anchor_match == "exact":
         keys = [(g[i], anchors[i]) for i in range(n)]
     else:
-        keys = [None] * n
-        clusters = defaultdict(list)  # group -> [(rep, id)]
-        for i in range(n):
-            for rep, cid in clusters[g[i]]:
-                if SequenceMatcher(None, anchors[i], rep).ratio() >= thresh:
-                    keys[i] = cid
-                    break
-            else:
-                cid = (g[i], len(clusters[g[i]]))
-                clusters[g[i]].append((anchors[i], cid))
-                keys[i] = cid
+        keys = similarity_keys(g, anchors, thresh)
     a_s = normalise(ret, keys, singleton_zero=True)
     return np.array([a_e[i] + w * a_s[i] for i in range(n)])
+
+
+def similarity_keys(g, anchors, thresh):
+    """verl-agent's similarity step groups (build_step_group): each row joins the first cluster of its group whose
+    first member has difflib ratio >= thresh, else opens one."""
+    keys = [None] * len(g)
+    clusters = defaultdict(list)  # group -> [(rep, id)]
+    for i in range(len(g)):
+        for rep, cid in clusters[g[i]]:
+            if SequenceMatcher(None, anchors[i], rep).ratio() >= thresh:
+                keys[i] = cid
+                break
+        else:
+            cid = (g[i], len(clusters[g[i]]))
+            clusters[g[i]].append((anchors[i], cid))
+            keys[i] = cid
+    return keys
+
+
+def same_partition(codes, keys) -> bool:
+    """Whether two labelings put the same rows together (labels renumbered by first appearance)."""
+    def canon(labels):
+        seen = {}
+        return [seen.setdefault(x, len(seen)) for x in labels]
+
+    return canon([int(c) for c in codes]) == canon(keys)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -171,11 +190,15 @@ def main() -> None:
         t_ours = _time(ours, args.repeats if match == "exact" else max(3, args.repeats // 3))
         t_base = _time(base, args.repeats if match == "exact" else 2)
         codes = anchor_groups(anchors, w["g"], anchor_match=match, similarity=0.95)
+        ref = ([(gi, a) for gi, a in zip(w["g"], anchors)] if match == "exact"
+               else similarity_keys(w["g"], anchors, 0.95))
+        if not same_partition(codes, ref):
+            raise SystemExit(f"{label}: twinrun's step groups differ from the reference's")
         print(
             f"{label:<12}{t_ours:>18.0f}{t_base:>24.0f}{t_base / t_ours:>8.1f}x   "
             f"{len(np.unique(codes))} ({n / len(np.unique(codes)):.2f})"
         )
-    print("(same advantages from both implementations: checked to 1e-9)")
+    print("(same step groups row for row and same advantages (to 1e-9) from both implementations)")
 
 
 if __name__ == "__main__":

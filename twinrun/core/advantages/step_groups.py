@@ -5,7 +5,6 @@ similarity anchor matching compares distinct texts pairwise inside a group (diff
 
 from __future__ import annotations
 
-from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
@@ -83,20 +82,47 @@ def _discounted(r: np.ndarray, t: np.ndarray, si: np.ndarray, gamma: float) -> n
 def _similarity_clusters(texts: list[str], threshold: float) -> np.ndarray:
     """Greedy single-pass clustering of distinct texts (verl-agent ``build_step_group``): each text joins the first
     cluster whose representative (its first member) has ``SequenceMatcher(None, text, rep).ratio() >= threshold``,
-    else opens a new cluster. O(n^2) ratio calls in the worst case; ``real_quick_ratio``/``quick_ratio`` are upper
-    bounds of ``ratio`` and prune most pairs without changing any decision."""
-    reps: list[SequenceMatcher] = []  # one matcher per cluster, seq2 = representative (its b-index is cached)
+    else opens a new cluster. The decisions are verl-agent's exactly; three things make them cheaper:
+
+    * the callers pass distinct texts (a repeat of a text joins the cluster its first copy joined: the clusters
+      before that one refused the same ratio, so the loop would stop at the same one);
+    * difflib's ``quick_ratio`` (the character-multiset intersection, an upper bound of ``ratio``, computed with
+      the same ``2.0 * m / (la + lb)`` float formula) is evaluated for the text against every representative at
+      once as one numpy minimum over character-count rows; a representative whose bound is below the threshold
+      cannot match, so only the rest are compared, in cluster order;
+    * ``ratio`` itself comes from cydifflib, a compiled port of CPython's difflib (same matching blocks, same
+      autojunk rule), 5-6x faster (tests/core/test_anchor_similarity.py checks the clusters against the stdlib on
+      varied texts, and bench/advantages.py against verl-agent's loop)."""
+    from cydifflib import SequenceMatcher as FastMatcher
+
+    alphabet: dict[str, int] = {}
+    coded = [[alphabet.setdefault(ch, len(alphabet)) for ch in t] for t in texts]
+    counts = np.zeros((len(texts), max(len(alphabet), 1)), dtype=np.int64)
+    for i, codes in enumerate(coded):
+        counts[i] = np.bincount(codes, minlength=counts.shape[1])
+    lengths = np.array([len(t) for t in texts], dtype=np.int64)
+    rep_rows: list[int] = []  # text index of each cluster's representative, in cluster order
+    reps: list[Any] = []  # one matcher per cluster, seq2 = representative (its b-index is cached)
     out = np.empty(len(texts), dtype=np.intp)
     for i, text in enumerate(texts):
-        for c, sm in enumerate(reps):
-            sm.set_seq1(text)
-            if sm.real_quick_ratio() >= threshold and sm.quick_ratio() >= threshold and sm.ratio() >= threshold:
-                out[i] = c
-                break
-        else:
-            sm = SequenceMatcher(None)
+        out[i] = -1
+        if rep_rows:
+            rr = np.asarray(rep_rows)
+            common = np.minimum(counts[rr], counts[i]).sum(axis=1)
+            total = lengths[rr] + lengths[i]
+            with np.errstate(invalid="ignore", divide="ignore"):  # two empty texts: difflib's ratio is 1.0
+                bound = np.where(total > 0, 2.0 * common / np.maximum(total, 1), 1.0)
+            for c in np.flatnonzero(bound >= threshold):
+                sm = reps[c]
+                sm.set_seq1(text)
+                if sm.ratio() >= threshold:
+                    out[i] = c
+                    break
+        if out[i] < 0:
+            sm = FastMatcher(None)
             sm.set_seq2(text)
             reps.append(sm)
+            rep_rows.append(i)
             out[i] = len(reps) - 1
     return out
 
