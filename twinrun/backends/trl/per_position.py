@@ -11,14 +11,17 @@ One generation batch (:class:`PerPositionGRPOTrainer`):
 1. ``_generate_and_score_completions`` notes each local slot's (task group, rollout, position): TRL hands the
    ``rollout_func`` only the prompts.
 2. TRL calls the ``rollout_func`` = :meth:`PositionStepper.run`: every local rollout starts (position 1 played
-   concurrently); then for p = 1..|G| each rollout's prompt is rendered by core
+   concurrently); whenever a rollout's episode at position p has ended, its prompt is rendered by core
    (:func:`~twinrun.core.context_shape.session_messages`: chi_p and a window of ``curator.history`` earlier
-   (input, turn) pairs), tokenised with the tokenizer's own chat template and the ``curate`` tool, generated as
-   one batch with the trainer's own generation path (``_generate_single_turn``: transformers or vLLM), and the
-   turns are submitted to the sessions concurrently (core applies the operations and plays position p+1).
-   Finally every session finishes. One row = one turn: ``max_completion_length`` is the per-turn cap.
+   (input, turn) pairs), tokenised with the tokenizer's own chat template and the ``curate`` tool, and generated
+   with the trainer's own generation path (``_generate_single_turn``: transformers or vLLM) together with every
+   other rollout waiting at that moment, each at its own position (no barrier between positions: the executor
+   keeps the other rollouts' episodes running meanwhile); its turn goes straight to its session (core applies the
+   operations and plays position p+1), and after its last turn the session finishes. One row = one turn:
+   ``max_completion_length`` is the per-turn cap. (``position_schedule="barrier"``, the earlier schedule, generates
+   every rollout's turn p as one batch.)
    Under vLLM colocate with sleep mode, vLLM stays awake for the whole position loop (:func:`vllm_awake_for_step`):
-   one weight sync per step, not one per position; ``weight_syncs`` per step are in trl_log.jsonl.
+   one weight sync per step, not one per generation call; ``weight_syncs`` per step are in trl_log.jsonl.
 3. Extra fields reach the one reward function per slot: a slot's reward is its rollout's composite reward.
 4. After TRL's scoring, core's per-row advantages (:func:`~twinrun.core.training_rows.row_advantages` over the
    batch gathered from every process) replace TRL's; rows.jsonl records each trained row.
@@ -27,6 +30,7 @@ One generation batch (:class:`PerPositionGRPOTrainer`):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -96,11 +100,22 @@ class StepperOutput:
     wall_s: dict[str, float] = field(default_factory=dict)
 
 
+SCHEDULES = ("ready", "barrier")
+
+
 class PositionStepper:
-    """Steps every local rollout of a generation batch through its positions together (one batch per position)."""
+    """Steps every local rollout of a generation batch through its positions.
+
+    schedule ``ready`` (default): a rollout's next position starts as soon as its own curator turn is generated;
+    the main thread generates for whichever rollouts are waiting, in one call per wake-up (a micro-batch).
+    ``barrier``: one generation call per position for all rollouts (the earlier schedule, kept as the reference the
+    tests and bench/train_concurrency.py compare against). Both produce the same rows for the same turns."""
 
     def __init__(self, runtime: CurationRuntime, tokenizer: Any, *, history: int, max_prompt_tokens: int | None,
-                 tools: Sequence[dict[str, Any]] = (CURATE_TOOL,)):
+                 tools: Sequence[dict[str, Any]] = (CURATE_TOOL,), schedule: str = "ready"):
+        if schedule not in SCHEDULES:
+            raise TwinrunError(f"trl per_position: schedule {schedule!r} is unknown (fix: one of {', '.join(SCHEDULES)})")
+        self.schedule = schedule
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.history = history
@@ -128,45 +143,100 @@ class PositionStepper:
         keys = list(order)
         groups = {s.rollout_key: s.group for s in slots}
         sessions = [self.runtime.session(groups[k], k[1]) for k in keys]
+        out = StepperOutput([[] for _ in slots], [[] for _ in slots], [[] for _ in slots], [[] for _ in slots], {},
+                            {"executor": 0.0, "generate": 0.0})
+        if self.schedule == "barrier":
+            self._run_barrier(sessions, keys, order, generate, out)
+        else:
+            self._run_ready(sessions, keys, order, generate, out)
+        return out
+
+    def _generate(self, batch: list[int], sessions: list[CurationSession], keys: list[tuple[str, int]],
+                  order: dict[tuple[str, int], dict[int, int]], positions: list[int], generate: Generate,
+                  out: StepperOutput) -> list[str]:
+        """One generation call for the rollouts in `batch` (indices into `sessions`), each at its own position:
+        fills their slots of `out` and returns the decoded turns."""
+        msgs = [self.messages(sessions[j]) for j in batch]
+        ids = [self._ids(m) for m in msgs]
+        t0 = time.perf_counter()
+        comp, lps = generate(ids)
+        out.wall_s["generate"] += time.perf_counter() - t0
+        if len(comp) != len(ids):
+            raise TwinrunError(f"trl per_position: {len(comp)} completions for {len(ids)} prompts")
+        for n, j in enumerate(batch):
+            i = order[keys[j]][positions[j]]
+            out.prompt_ids[i], out.completion_ids[i], out.messages[i] = ids[n], list(comp[n]), msgs[n]
+            if out.logprobs is not None:
+                if lps is None:
+                    out.logprobs = None
+                else:
+                    out.logprobs[i] = list(lps[n])
+        return [self.tokenizer.decode(c, skip_special_tokens=True) for c in comp]
+
+    def _run_barrier(self, sessions: list[CurationSession], keys: list[tuple[str, int]],
+                     order: dict[tuple[str, int], dict[int, int]], generate: Generate, out: StepperOutput) -> None:
+        """Every rollout's turn p in one generation call: position p+1 of all rollouts waits for the slowest
+        episode of position p (the earlier schedule; bench/train_concurrency.py measures it as the before)."""
         loop = self.runtime.loop
-        n = len(slots)
-        prompt_ids: list[list[int]] = [[] for _ in range(n)]
-        completion_ids: list[list[int]] = [[] for _ in range(n)]
-        logprobs: list[list[float]] | None = [[] for _ in range(n)]
-        messages: list[list[dict[str, str]]] = [[] for _ in range(n)]
-        wall = {"executor": 0.0, "generate": 0.0}
 
         async def gather(coros: list[Any]) -> list[Any]:
             return list(await asyncio.gather(*coros))
 
         t0 = time.perf_counter()
         loop.run(gather([s.astart() for s in sessions]))
-        wall["executor"] += time.perf_counter() - t0
-        for p in range(1, g + 1):
-            msgs = [self.messages(s) for s in sessions]
-            ids = [self._ids(m) for m in msgs]
-            t0 = time.perf_counter()
-            comp, lps = generate(ids)
-            wall["generate"] += time.perf_counter() - t0
-            if len(comp) != len(ids):
-                raise TwinrunError(f"trl per_position: {len(comp)} completions for {len(ids)} prompts")
-            texts = [self.tokenizer.decode(c, skip_special_tokens=True) for c in comp]
+        out.wall_s["executor"] += time.perf_counter() - t0
+        everyone = list(range(len(sessions)))
+        for p in range(1, self.runtime.group_size + 1):
+            texts = self._generate(everyone, sessions, keys, order, [p] * len(sessions), generate, out)
             t0 = time.perf_counter()
             loop.run(gather([s.asubmit(t) for s, t in zip(sessions, texts, strict=True)]))
-            wall["executor"] += time.perf_counter() - t0
-            for j, key in enumerate(keys):
-                i = order[key][p]
-                prompt_ids[i], completion_ids[i], messages[i] = ids[j], list(comp[j]), msgs[j]
-                if logprobs is not None:
-                    if lps is None:
-                        logprobs = None
-                    else:
-                        logprobs[i] = list(lps[j])
+            out.wall_s["executor"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         results = loop.run(gather([s.afinish() for s in sessions]))
-        wall["executor"] += time.perf_counter() - t0
-        return StepperOutput(prompt_ids, completion_ids, logprobs, messages, dict(zip(keys, results, strict=True)),
-                             wall)
+        out.wall_s["executor"] += time.perf_counter() - t0
+        out.results = dict(zip(keys, results, strict=True))
+
+    def _run_ready(self, sessions: list[CurationSession], keys: list[tuple[str, int]],
+                   order: dict[tuple[str, int], dict[int, int]], generate: Generate, out: StepperOutput) -> None:
+        """No barrier between positions: whenever the main thread is free it generates one call for every rollout
+        whose episode has ended (each at its own position), and hands each turn to its session at once; episodes
+        keep running on the rollout loop meanwhile. A rollout's prompt at p is a function of its own session
+        only, so the rows are the barrier schedule's whenever the curator's turns are (scripted or forced)."""
+        loop, g = self.runtime.loop, self.runtime.group_size
+        pending: dict[concurrent.futures.Future[Any], int] = {loop.submit(s.astart()): j
+                                                               for j, s in enumerate(sessions)}
+        position = [1] * len(sessions)  # the position whose turn each rollout needs next (g + 1: finishing)
+        results: dict[int, CurationResult] = {}
+        try:
+            while pending:
+                t0 = time.perf_counter()
+                done, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                out.wall_s["executor"] += time.perf_counter() - t0
+                ready = []
+                for f in sorted(done, key=lambda f: pending[f]):  # rollout order: a fixed order within a call
+                    j = pending.pop(f)
+                    res = f.result()  # an infrastructure error here fails the step as the barrier schedule does
+                    if position[j] > g:
+                        results[j] = res
+                    else:
+                        ready.append(j)
+                if not ready:
+                    continue
+                texts = self._generate(ready, sessions, keys, order, position, generate, out)
+                for j, text in zip(ready, texts, strict=True):
+                    pending[loop.submit(_advance(sessions[j], text, last=position[j] == g))] = j
+                    position[j] += 1
+        finally:
+            for f in pending:
+                f.cancel()
+        out.results = {keys[j]: results[j] for j in range(len(sessions))}
+
+
+async def _advance(session: CurationSession, turn: str, *, last: bool) -> str | CurationResult | None:
+    """Hand a rollout its turn (core applies the operations and plays the next position); after its last turn,
+    finish it (rewards) in the same task, so a finished rollout costs the main thread no extra wake-up."""
+    nxt = await session.asubmit(turn)
+    return await session.afinish() if last else nxt
 
 
 def slot_scores(slots: Sequence[Slot], results: dict[tuple[str, int], CurationResult]) -> list[RowScore]:
@@ -238,7 +308,7 @@ class PerPositionGRPOTrainer(DecayEveryParameter, GRPOTrainer):
     def __init__(self, *args: Any, runtime: CurationRuntime, estimator: Any, updates_per_step: int, history: int,
                  max_prompt_tokens: int | None, on_batch: Callable[..., None] | None = None,
                  max_unmeasured_share: float = 1.0, max_missing_turn_share: float = 1.0,
-                 keep_row_tokens: bool = False, **kwargs: Any):
+                 keep_row_tokens: bool = False, position_schedule: str = "ready", **kwargs: Any):
         super().__init__(*args, rollout_func=_rollout_func, **kwargs)
         self.runtime = runtime
         self.estimator = estimator
@@ -248,7 +318,7 @@ class PerPositionGRPOTrainer(DecayEveryParameter, GRPOTrainer):
         self.max_missing_turn_share = max_missing_turn_share
         self.keep_row_tokens = keep_row_tokens
         self.stepper = PositionStepper(runtime, self.processing_class, history=history,
-                                       max_prompt_tokens=max_prompt_tokens)
+                                       max_prompt_tokens=max_prompt_tokens, schedule=position_schedule)
         self._slots: list[Slot] = []
         self._output: StepperOutput | None = None
         self.weight_syncs = SyncCounter()  # vLLM weight syncs of the step being generated (metrics: weight_syncs)

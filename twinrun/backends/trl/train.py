@@ -31,6 +31,7 @@ def train(
     estimator: Any = None,
     keep_row_tokens: bool = False,
     hold_lock: bool = True,
+    position_schedule: str = "ready",
 ) -> dict[str, Any]:
     """Train ``spec``'s curator under TRL; write the run folder ``out_dir`` (see :mod:`.records`).
 
@@ -40,14 +41,19 @@ def train(
     keep_row_tokens: write each trained row's token ids and messages into rows.jsonl (tests; large).
     hold_lock: rank 0 holds the run folder's lock (core.run_lock) for the whole run; False where the caller holds
     it (``--launch``: the launching process took it and torchrun inherited it).
+    position_schedule: per_position only: ``ready`` (a rollout's next position starts when its own turn is
+    generated) or ``barrier`` (one generation call per position for every rollout: the earlier schedule, which
+    bench/train_concurrency.py measures as the before); the rows are the same for the same turns.
     Returns a small summary (steps trained, checkpoints, wall time)."""
     with ExitStack() as held:
         return _train(spec, out_dir, resume, cache_dir, data_root=data_root, log=log, estimator=estimator,
-                      keep_row_tokens=keep_row_tokens, held=held if hold_lock else None)
+                      keep_row_tokens=keep_row_tokens, held=held if hold_lock else None,
+                      position_schedule=position_schedule)
 
 
 def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path | None, *, data_root: str | Path | None,
-           log: Any, estimator: Any, keep_row_tokens: bool, held: ExitStack | None) -> dict[str, Any]:
+           log: Any, estimator: Any, keep_row_tokens: bool, held: ExitStack | None,
+           position_schedule: str = "ready") -> dict[str, Any]:
     """train()'s body; ``held``: where rank 0 enters the folder's lock (released when train returns), or None."""
     import trl
     from accelerate import PartialState
@@ -182,7 +188,7 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
             trainer = PerPositionGRPOTrainer(
                 **common, reward_funcs=[composite_reward_function()], runtime=runtime,
                 history=spec.curator.history, max_prompt_tokens=spec.curator.max_prompt_tokens,
-                keep_row_tokens=keep_row_tokens,
+                keep_row_tokens=keep_row_tokens, position_schedule=position_schedule,
             )
         else:
             trainer = TwinrunGRPOTrainer(
