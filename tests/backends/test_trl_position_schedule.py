@@ -44,7 +44,7 @@ ROLLOUTS = 2  # per group; two groups -> four rollouts
 def tokenizer(cache_dir):
     from transformers import AutoTokenizer
 
-    from twinrun.models import resolve_model
+    from twinrun.models.tiny import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("tiny-qwen3", cache_dir))
 

@@ -101,7 +101,7 @@ class ExecutorPrompts:
         return self.system.text + "\x00" + self.input.text
 
 
-ENVIRONMENT_TITLES = {"alfworld": "ALFRED Embodied Environment", "sciworld": "ScienceWorld"}
+ENVIRONMENT_TITLES = {"alfworld": "ALFRED Embodied Environment", "sciworld": "ScienceWorld", "null_env": "Null Environment"}
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Text environments (ALFWorld, ScienceWorld) behind one protocol, and the worker pool that runs them.
+"""Text environments (ALFWorld, ScienceWorld; ``null_env``, a stand-in for measuring the harness) behind one protocol,
+and the worker pool that runs them.
 
 Engines are imported lazily: importing this package needs neither alfworld nor scienceworld.
 """
@@ -32,6 +33,10 @@ def make_catalog(env_name: str, split: str, *, data_root: str | Path | None = No
         from twinrun.core.envs.scienceworld import ScienceWorldCatalog
 
         return ScienceWorldCatalog(split, tasks=task_types)
+    if env_name == "null_env":
+        from twinrun.core.envs.null import NullCatalog
+
+        return NullCatalog(split, task_types)
     raise EnvError(f"environment.name: {env_name!r} is unknown (fix: one of {', '.join(ENV_KINDS)})")
 
 

@@ -21,7 +21,7 @@ class EnvError(TwinrunError, ValueError):
 class GameRef:
     """One playable game, identified well enough to rebuild it in another process.
 
-    env:        "alfworld" | "sciworld"
+    env:        "alfworld" | "sciworld" | "null_env"
     game_id:    stable id used in records ("valid_seen/<task_dir>/<trial>" or "<task>/<variation>")
     task_type:  the short type task groups are built from (ALFWorld: pick/look/clean/heat/cool/pick2;
                 ScienceWorld: the task name)

@@ -27,7 +27,7 @@ from typing import Any
 from twinrun.core.envs.base import EnvError, GameRef, Observation, Step, TextEnv
 from twinrun.core.errors import InfrastructureError, TwinrunError
 
-ENV_KINDS = ("alfworld", "sciworld")
+ENV_KINDS = ("alfworld", "sciworld", "null_env")  # null_env: the harness-measurement stand-in (envs/null.py)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -47,6 +47,10 @@ class EnvHost:
         self._cache: Any = None
 
     def _new_env(self) -> TextEnv:
+        if self.kind == "null_env":
+            from twinrun.core.envs.null import NullEnv
+
+            return NullEnv()
         if self.kind == "alfworld":
             from twinrun.core.envs.alfworld import AlfWorldEnv
             from twinrun.core.envs.alfworld_engine import DEFAULT_MAX_GAMES, EngineCache, shared_assets

@@ -233,7 +233,9 @@ ALFWORLD_TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
 
 
 class EnvironmentSpec(_Strict):
-    name: Literal["alfworld", "sciworld"]
+    name: Literal["alfworld", "sciworld", "null_env"] = Field(
+        ..., description="null_env: a stand-in without a game engine, for measuring the harness "
+        "(core/envs/null.py, bench/train_concurrency.py --env null)")
     split: str = Field("valid_train", description="games that task groups are drawn from for training")
     eval_split: str = Field("valid_seen", description="held-out games for sweeps")
     eval_games: int | None = Field(
