@@ -24,6 +24,8 @@ Per step, from the run's own records (metrics.jsonl, rollouts.jsonl) and the ser
                 executor's client), barrier (waiting for the slowest episode of the position: TRL's barrier
                 schedule), curator (waiting for its own turn: generation, and ops applied), drain (no rollout left
                 to fill the slot: the straggler tail, set by the episode lengths and the rollouts per slot)
+  occupancy   = episodes_in_flight_mean / C, call share = calls x L / episode-seconds: ideal/window = their product
+                (with more than C rollouts per step occupancy can pass 1: episodes wait for a call slot)
   in flight   = episodes_in_flight_mean / _max (metrics.jsonl): executor episodes running at once, time-weighted
   server peak = the most calls the server held at once over the run (<= C: the executor's bound holds)
 What bounds it: a rollout plays its positions one after another (position i+1's episode needs the repo after the
@@ -81,8 +83,9 @@ def overrides(args: argparse.Namespace, base_url: str, c: int) -> list[str]:
                f"executor.max_turns={TURNS_MAX}"]  # the episode's own length decides, never the cap
     else:
         env = [f"environment.workers={args.env_workers}", f"executor.max_turns={args.turns}"]
+    micro = [f"batch.micro_batch_per_device={args.micro_batch}"] if args.micro_batch else []
     return [
-        "curator.context=per_position", "curator.history=0", f"curator.max_response_tokens={args.response_tokens}",
+        *micro, "curator.context=per_position", "curator.history=0", f"curator.max_response_tokens={args.response_tokens}",
         f"steps={args.steps}", f"checkpoint_every={args.steps}",
         f"batch.groups_per_step={rollouts // per_group}", f"batch.rollouts_per_group={per_group}",
         f"environment.group_size={args.group_size}", *env,
@@ -199,6 +202,8 @@ def main() -> int:
     ap.add_argument("--rollouts-per-group", type=int, default=2)
     ap.add_argument("--response-tokens", type=int, default=16, help="curator.max_response_tokens (generation cost)")
     ap.add_argument("--env-workers", type=int, default=2, help="environment.workers (ALFWorld engine processes)")
+    ap.add_argument("--micro-batch", type=int, default=None,
+                    help="batch.micro_batch_per_device (default: the smoke arm's 1; the update is not measured)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None,
                     help="keep the runs here (default: a temporary folder, removed at the end)")
@@ -225,7 +230,7 @@ def main() -> int:
           f"{args.rollouts_per_slot} x C rollouts per step; runs in {root}", flush=True)
     head = (f"{'backend':12s} {'C':>3s} {'R':>4s} {'step':>4s} {'calls':>6s} {'ideal s':>7s} {'step s':>7s} "
             f"{'window s':>8s} {'ideal/window':>12s} {'lost: env':>9s} {'barrier':>7s} {'curator':>7s} "
-            f"{'drain':>6s} {'in flight mean/max':>18s} {'server peak':>11s}")
+            f"{'drain':>6s} {'occupancy':>9s} {'call share':>10s} {'in flight mean/max':>18s} {'server peak':>11s}")
     rows, summary = [], []
     try:
         for backend, schedule in arms(args):
@@ -247,6 +252,11 @@ def main() -> int:
                     r.update(backend=label, concurrency=c, server_peak=stats["max_in_flight"], run_s=run_s)
                     rows.append(r)
                 summary.append(rows[-1])
+                last = rows[-1]
+                print(f"{label} C={c}: last step ideal/window {last['ideal_s'] / last['window_s']:.2f}, lost "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in last["losses"].items() if k != "calls"), flush=True)
+                if args.json:  # after every run, so a long bench that is stopped keeps what it measured
+                    args.json.write_text(json.dumps(rows, indent=1) + "\n")
         print(f"\nL = {args.latency:g} s, {episodes}, |G| = {args.group_size}, {args.rollouts_per_slot} x C rollouts "
               "per step")
         print("lost: shares of C x window without a call, charged to what the rollouts not in a call were doing "
@@ -257,8 +267,14 @@ def main() -> int:
             print(f"{r['backend']:12s} {r['concurrency']:3d} {r['rollouts']:4d} {r['step']:4d} {r['calls']:6d} "
                   f"{ideal:7.2f} {step_s:7.2f} {r['window_s']:8.2f} {ideal / r['window_s']:12.2f} "
                   f"{lost['environment']:9.2f} {lost['barrier']:7.2f} {lost['curator']:7.2f} {lost['drain']:6.2f} "
+                  f"{r['occupancy']:9.2f} {r['call_share']:10.2f} "
                   f"{r['in_flight_mean']:11.1f} / {r['in_flight_max']:<4d} {r['server_peak']:11d}")
         print("\nsteady state (last step of each run); ideal/window = calls x L / (C x window):")
+        for c in args.concurrency:
+            if args.env == "null":
+                bound = zero_cost_harness(c * args.rollouts_per_slot, c, args.group_size)
+                print(f"  C={c}: a harness with no cost would reach ideal/window {bound:.2f} on these episode lengths "
+                      f"({c * args.rollouts_per_slot} rollouts of {args.group_size} positions; simulated)")
         for r in summary:
             share, lost = r["ideal_s"] / r["window_s"], r["losses"]
             worst = max(("environment", "barrier", "curator", "drain"), key=lambda k: lost[k])

@@ -19,7 +19,8 @@ One generation batch (:class:`PerPositionGRPOTrainer`):
    keeps the other rollouts' episodes running meanwhile); its turn goes straight to its session (core applies the
    operations and plays position p+1), and after its last turn the session finishes. One row = one turn:
    ``max_completion_length`` is the per-turn cap. (``position_schedule="barrier"``, the earlier schedule, generates
-   every rollout's turn p as one batch.)
+   every rollout's turn p as one batch; it is also what runs when several processes share each generation call:
+   vLLM, ZeRO-3 or FSDP, see :meth:`PerPositionGRPOTrainer.generation_is_collective`.)
    Under vLLM colocate with sleep mode, vLLM stays awake for the whole position loop (:func:`vllm_awake_for_step`):
    one weight sync per step, not one per generation call; ``weight_syncs`` per step are in trl_log.jsonl.
 3. Extra fields reach the one reward function per slot: a slot's reward is its rollout's composite reward.
@@ -317,13 +318,24 @@ class PerPositionGRPOTrainer(DecayEveryParameter, GRPOTrainer):
         self.max_unmeasured_share = max_unmeasured_share
         self.max_missing_turn_share = max_missing_turn_share
         self.keep_row_tokens = keep_row_tokens
+        self.position_schedule = position_schedule
+        if position_schedule == "ready" and self.generation_is_collective():
+            # every process must make the same generation calls: the ready schedule's count varies per process
+            self.position_schedule = "barrier"
         self.stepper = PositionStepper(runtime, self.processing_class, history=history,
-                                       max_prompt_tokens=max_prompt_tokens, schedule=position_schedule)
+                                       max_prompt_tokens=max_prompt_tokens, schedule=self.position_schedule)
         self._slots: list[Slot] = []
         self._output: StepperOutput | None = None
         self.weight_syncs = SyncCounter()  # vLLM weight syncs of the step being generated (metrics: weight_syncs)
         self.last_trl_advantages: torch.Tensor | None = None
         self.last_core_advantages: torch.Tensor | None = None
+
+    def generation_is_collective(self) -> bool:
+        """Whether one generation call needs every process (TRL's vLLM paths gather the prompts to one engine;
+        ZeRO-3 and FSDP gather the weights): then the processes' calls must pair up, which the ready schedule's
+        per-process micro-batches do not, so the barrier schedule is used."""
+        return self.accelerator.num_processes > 1 and bool(
+            self.use_vllm or getattr(self, "is_deepspeed_enabled", False) or getattr(self, "is_fsdp_enabled", False))
 
     # -- the rollout_func (called by TRL's _generate with the local prompts)
     def per_position_rollout(self, prompts: list[Any]) -> dict[str, Any]:
