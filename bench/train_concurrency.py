@@ -84,6 +84,8 @@ def overrides(args: argparse.Namespace, base_url: str, c: int) -> list[str]:
     else:
         env = [f"environment.workers={args.env_workers}", f"executor.max_turns={args.turns}"]
     micro = [f"batch.micro_batch_per_device={args.micro_batch}"] if args.micro_batch else []
+    if args.curator_model:
+        micro.append(f"curator.model={args.curator_model}")
     return [
         *micro, "curator.context=per_position", "curator.history=0", f"curator.max_response_tokens={args.response_tokens}",
         f"steps={args.steps}", f"checkpoint_every={args.steps}",
@@ -204,6 +206,10 @@ def main() -> int:
     ap.add_argument("--env-workers", type=int, default=2, help="environment.workers (ALFWorld engine processes)")
     ap.add_argument("--micro-batch", type=int, default=None,
                     help="batch.micro_batch_per_device (default: the smoke arm's 1; the update is not measured)")
+    ap.add_argument("--curator-model", default=None,
+                    help="curator.model (default: the smoke arm's warm-started tiny-qwen3, built once per setting; "
+                         "a local folder such as the untrained tiny model skips that build: the harness's cost is "
+                         "the same whatever the curator writes)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None,
                     help="keep the runs here (default: a temporary folder, removed at the end)")
