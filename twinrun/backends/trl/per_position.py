@@ -107,13 +107,14 @@ SCHEDULES = ("ready", "barrier")
 class PositionStepper:
     """Steps every local rollout of a generation batch through its positions.
 
-    schedule ``ready`` (default): a rollout's next position starts as soon as its own curator turn is generated;
-    the main thread generates for whichever rollouts are waiting, in one call per wake-up (a micro-batch).
-    ``barrier``: one generation call per position for all rollouts (the earlier schedule, kept as the reference the
-    tests and bench/train_concurrency.py compare against). Both produce the same rows for the same turns."""
+    schedule ``ready`` (what :class:`PerPositionGRPOTrainer` uses wherever each process's generation is its own): a
+    rollout's next position starts as soon as its own curator turn is generated; the main thread generates for
+    whichever rollouts are waiting, in one call per wake-up (a micro-batch). ``barrier`` (this class's default, the
+    earlier schedule): one generation call per position for all rollouts, the reference the tests and
+    bench/train_concurrency.py compare against. Both produce the same rows for the same turns."""
 
     def __init__(self, runtime: CurationRuntime, tokenizer: Any, *, history: int, max_prompt_tokens: int | None,
-                 tools: Sequence[dict[str, Any]] = (CURATE_TOOL,), schedule: str = "ready"):
+                 tools: Sequence[dict[str, Any]] = (CURATE_TOOL,), schedule: str = "barrier"):
         if schedule not in SCHEDULES:
             raise TwinrunError(f"trl per_position: schedule {schedule!r} is unknown (fix: one of {', '.join(SCHEDULES)})")
         self.schedule = schedule
