@@ -58,5 +58,14 @@ for p in "${SAME_AS_CPU[@]}"; do
     status=1
   fi
 done
+# 3. the lock covers what twinrun asks for: resolving pyproject.toml (+ the GPU extras) under the lock adds no package
+"$UV" pip compile --quiet pyproject.toml requirements/gpu-extra.txt --extra trl --extra verl --extra alfworld \
+  --extra sciworld --extra cluster --extra tracking -c "$LOCK" "${PLATFORM[@]}" --no-header --no-annotate \
+  -o "$tmp/needed.txt"
+missing=$(comm -23 <(pins "$tmp/needed.txt" | grep -v '^twinrun') <(pins "$LOCK") || true)
+if [ -n "$missing" ]; then
+  echo "gpu-lock: $LOCK lacks what pyproject.toml now needs: $(echo $missing) (fix: bash $0 --write)"
+  status=1
+fi
 [ $status -eq 0 ] && echo "gpu-lock: $LOCK resolves for linux x86_64 + CUDA ($(pins "$LOCK" | wc -l) pins; ${SAME_AS_CPU[*]} as in cpu-lock.txt)"
 exit $status
