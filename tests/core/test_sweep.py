@@ -26,7 +26,9 @@ from twinrun.core.envs import GameRef
 from twinrun.core.spec import load_spec
 from twinrun.core.toolcalls import format_curate_call
 
-FAST_EXECUTOR = ["executor.max_turns=3"]  # short episodes: the sweep's plumbing, not the agent, is under test
+# short episodes: the sweep's plumbing, not the agent, is under test; one stream per arm (the smoke spec plays 2):
+# these tests pin the one-stream layout (tests/core/test_sweep_streams.py plays several)
+FAST_EXECUTOR = ["executor.max_turns=3", "sweep.streams=1"]
 
 
 def checkpoint_folder(path: Path, seed: int = 0) -> Path:
@@ -101,16 +103,19 @@ def test_plan_refuses_another_game_list_and_replaced_weights(tmp_path: Path, smo
     ckpt = checkpoint_folder(run / "checkpoints" / "step-000001")
     games = _games(3, 1)
     plan = sw.plan_sweep(spec, {"r": run}, tmp_path / "out", games=games, split="valid_seen",
-                         executor_settings_hash="x", baseline_replicates=1, replicate_checkpoints={"r": "all"})
+                         executor_settings_hash="x", streams=2)
     assert [a.arm for a in plan.arms] == ["baseline", "baseline#r1", "r@1", "r@1#r1"]
     assert plan.arm("r@1").checkpoint_hash == sw.checkpoint_hash(ckpt)
-    again = sw.plan_sweep(spec, {"r": run}, tmp_path / "out", games=games, split="valid_seen", executor_settings_hash="x")
+    again = sw.plan_sweep(spec, {"r": run}, tmp_path / "out", games=games, split="valid_seen", executor_settings_hash="x",
+                          streams=2)
     assert again.sweep_id == plan.sweep_id  # extending/resuming keeps the sweep
     with pytest.raises(sw.SweepError, match="another game list"):
-        sw.plan_sweep(spec, {"r": run}, tmp_path / "out", games=games[:3], split="valid_seen", executor_settings_hash="x")
+        sw.plan_sweep(spec, {"r": run}, tmp_path / "out", games=games[:3], split="valid_seen", executor_settings_hash="x",
+                      streams=2)
     (ckpt / "model.safetensors").write_bytes(b"other weights")
     with pytest.raises(sw.SweepError, match="changed since this sweep evaluated it"):
-        sw.plan_sweep(spec, {"r": run}, tmp_path / "out", games=games, split="valid_seen", executor_settings_hash="x")
+        sw.plan_sweep(spec, {"r": run}, tmp_path / "out", games=games, split="valid_seen", executor_settings_hash="x",
+                      streams=2)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ def inserting_curator(arm, spec):  # scripted stand-in for a checkpoint (see tes
         return format_curate_call([{"function": "new_skill_insert", "arguments": {"skill_name": name, "content": content}}])
     return policy
 
-spec = load_spec(sys.argv[1], ["executor.max_turns=3"])
+spec = load_spec(sys.argv[1], ["executor.max_turns=3", "sweep.streams=1"])
 sw.sweep(spec, {"trl": Path(sys.argv[2])}, Path(sys.argv[3]), data_root=sys.argv[4], n_games=4, workers=0,
          policy_factory=inserting_curator, progress=False, arms=["baseline", "trl@2"])
 """
@@ -306,7 +311,7 @@ def test_cli_sweep_then_compare_writes_the_report(tmp_path: Path, smoke_spec_pat
     runner = CliRunner()
     tb = tmp_path / "tb"
     res = runner.invoke(app, ["sweep", f"trl={run_dir}", "--spec", str(smoke_spec_path), "--out", str(out),
-                              "--games", "2", "--workers", "0", "--curator", "no-ops", "--no-progress",
+                              "--games", "2", "--workers", "0", "--curator", "no-ops", "--no-progress", "--streams", "1",
                               "--set", "executor.max_turns=3", "--set", "tracking.backend=tensorboard",
                               "--set", f"tracking.dir={tb}", "--json"])
     assert res.exit_code == 0, res.output

@@ -54,7 +54,7 @@ def test_sweep_survives_a_lost_ray_node(tmp_path: Path, smoke_spec_path: Path, a
         cluster.wait_for_nodes()
         out = tmp_path / "sweep"
         cmd = [sys.executable, "-m", "twinrun.cli", "sweep", f"trl={run}", "--spec", str(smoke_spec_path), "--out", str(out),
-               "--ray", cluster.address, "--curator", "no-ops", "--games", str(GAMES), "--workers", "0",
+               "--ray", cluster.address, "--curator", "no-ops", "--games", str(GAMES), "--workers", "0", "--streams", "1",
                "--set", "executor.max_turns=3", "--no-progress", "--json"]
         env = {**os.environ, "ALFWORLD_DATA": str(alfworld_data)}
         t0 = time.time()

@@ -61,6 +61,7 @@ def run(
         registry.check_runnable(b, spec)  # e.g. a schedule verl rejects only inside its child
     if out.exists() and any(out.iterdir()) and not resume:
         raise TwinrunError(f"--out: {str(out)!r} already holds a run (fix: pass --resume to continue it, or a new folder)")
+    sw.check_streams(out / "sweep", spec.sweep.streams)  # a sweep planned with other streams: refused before training
     counts = plan["backends"][backends[0]]["counts"]
     console.print(
         f"[bold]twinrun run[/] {spec.name}: backends {', '.join(backends)}; per step "

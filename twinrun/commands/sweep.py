@@ -41,6 +41,27 @@ def parse_replicates(items: list[str]) -> tuple[int, dict[str, list[int] | str]]
     return base, runs
 
 
+def replicates_as_streams(items: list[str], run_names: list[str]) -> int | None:
+    """The old ``--replicates`` as streams (docs/streams.md): every checkpoint of every run once more (each RUN
+    named, no step list), with or without ``baseline`` / ``baseline:1``, is ``--streams 2``; anything else asked
+    for replicates of some arms only, which a sweep no longer plays (every arm has the same streams): refused,
+    pointing at --streams. None when no --replicates was given."""
+    from twinrun.core.sweep import SweepError
+
+    if not items:
+        return None
+    base, runs = parse_replicates(items)
+    unknown = sorted(set(runs) - set(run_names))
+    if unknown:
+        raise SweepError(f"--replicates: run {unknown[0]!r} is not among the RUN_DIRs (fix: one of {sorted(run_names)})")
+    if base <= 1 and runs and set(runs) == set(run_names) and all(v == "all" for v in runs.values()):
+        return 2
+    raise SweepError(
+        f"--replicates: {' '.join(items)!r} replays some arms only; a sweep now plays every arm (checkpoints and "
+        "baseline) as the same number of streams (fix: --streams 2, or --streams N for N streams per arm)"
+    )
+
+
 def sweep_cmd(
     run_dirs: list[str] = typer.Argument(..., metavar="RUN_DIR...", help="training run folders (or NAME=PATH)"),
     spec_path: Path = typer.Option(..., "--spec", help="experiment spec (executor, environment, prompts)"),
@@ -53,7 +74,13 @@ def sweep_cmd(
     ray_cpus: int | None = typer.Option(None, "--ray-cpus", help="CPUs of a --ray local cluster"),
     ray_retries: int = typer.Option(3, "--ray-retries", help="run an arm again (resuming its rows) on another node "
                                     "when its Ray node or worker is lost, up to this many times"),
-    replicates: list[str] = typer.Option([], "--replicates", help="replicate arms: baseline[:N], RUN, RUN:STEP,..."),
+    streams: int | None = typer.Option(None, "--streams", min=1, help="replicate streams per arm: every checkpoint and "
+                                       "the baseline played R times on the same games, each stream in its own order "
+                                       "and seeds from an empty skill repository (default: the spec's sweep.streams, "
+                                       "1); a sweep folder resumes only with the streams it was planned with"),
+    replicates: list[str] = typer.Option([], "--replicates", help="old alias: naming every run (RUN ..., optionally "
+                                         "baseline) is --streams 2; a subset of runs or steps, or baseline:N, is "
+                                         "refused (use --streams)"),
     games: int | None = typer.Option(None, "--games", help="number of held-out games (default: environment.eval_games)"),
     split: str | None = typer.Option(None, "--split", help="held-out split (default: environment.eval_split)"),
     workers: int | None = typer.Option(None, "--workers", help="env worker processes (default: environment.workers)"),
@@ -72,8 +99,12 @@ def sweep_cmd(
     if executor is not None:
         sets = [*sets, f"executor.model={executor}"]
     spec = spec_from_cli(spec_path, sets)
-    base_reps, run_reps = parse_replicates(replicates)
-    _check_inputs(spec, out, run_dirs, run_reps)
+    _check_inputs(spec, out, run_dirs, parse_replicates(replicates)[1])  # a step --replicates names must exist
+    aliased = replicates_as_streams(replicates, list(sw.parse_run_dirs(run_dirs)))
+    if aliased is not None and streams is not None and streams != aliased:
+        raise sw.SweepError(f"--replicates: {' '.join(replicates)!r} means --streams {aliased}, but --streams "
+                            f"{streams} was given (fix: drop --replicates)")
+    n_streams = streams if streams is not None else aliased  # None: the spec's sweep.streams
     if curator == "hf":
         def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
             return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
@@ -84,8 +115,8 @@ def sweep_cmd(
     # --json: stdout holds the summary alone (Ray's driver prints cluster events, e.g. a lost raylet, to stdout)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(), _one_writer(out):
         result = sw.sweep(
-            spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, baseline_replicates=base_reps,
-            replicate_checkpoints=run_reps, policy_factory=factory, workers=workers, ray_address=ray,
+            spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, streams=n_streams,
+            policy_factory=factory, workers=workers, ray_address=ray,
             ray_num_cpus=ray_cpus, ray_retries=ray_retries, progress=progress and not as_json,
         )
     from twinrun.core.track_results import log_sweep
@@ -95,7 +126,7 @@ def sweep_cmd(
         print_json(result.summary())
         return
     typer.echo(f"sweep {result.sweep_id} (executor {sw.executor_name(spec)}): {len(result.arms)} arms x "
-               f"{result.n_games} games in {out}")
+               f"{result.n_games} games in {out}" + (f" ({result.streams} streams per arm)" if result.streams > 1 else ""))
     for name, a in result.arms.items():
         typer.echo(f"  {name}: {a.successes} successes, {a.unmeasured} unmeasured"
                    + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else "")

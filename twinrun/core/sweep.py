@@ -10,16 +10,19 @@ One sweep (``--out DIR``) holds:
 repo; for each game in order the frozen executor plays it with the skills retrieved from the repo, then the
 checkpoint's curator reads the curator input chi (task, retrieved skills, trajectory, result) and its
 operations update the repo that the next game retrieves from. The **baseline** arm plays the same games with no
-memory (empty repo, no curator). Replicate arms (``#r1``, ``#r2``, ...) play an arm again with other seeds, for
-the noise ceiling. The executor's sampling seed of a game is the same in every arm (common random numbers), so
-arm differences are not executor-seed noise; replicates change it.
+memory (empty repo, no curator). **Streams** (``streams: R``, docs/streams.md): every arm is played R times,
+stream r as arm ``<arm>#r{r}`` (r > 0) with ``replicate = r``, each from an empty repo, in the stream's own order
+of the same games, with the stream's own executor and curator seeds (:mod:`twinrun.core.sweep_plan`). Within a
+stream, a game's executor seed is the same in every arm (common random numbers), so arm differences are not
+executor-seed noise; other streams change it. A row's ``game_index`` is the game's index in the sweep's game
+list (the pairing key, the same in every stream); its ``position`` is where the stream played it (1-based).
 
 The per-game loop is core's curation session (:mod:`twinrun.core.curation`): one session per game on the arm's
 repo, so executor play, retrieval, curator-input rendering and op application are exactly the training code.
 
 **Resume**: rows are appended durably, one per game, after the game's curator ops are applied. A rerun reads an
 arm's complete rows (a torn last line from kill -9 is dropped), rebuilds its repo by replaying the recorded ops
-in order, and continues with the next game: no row is lost or written twice.
+in order, and continues with the stream's next game: no row is lost or written twice.
 
 The manifest (arms, games, checkpoint hashes) is built by :mod:`twinrun.core.sweep_plan`; its names are
 re-exported here.
@@ -68,14 +71,20 @@ from twinrun.core.sweep_plan import (  # noqa: F401  (re-exported: the plan's na
     _slug,
     arm_name,
     checkpoint_fingerprint,
+    StreamPlan,
+    check_streams,
     checkpoint_hash,
+    curator_seed,
     discover_checkpoints,
+    executor_seed,
     executor_name,
     games_hash,
     load_plan,
     parse_run_dirs,
     plan_sweep,
     select_games,
+    stream_plan,
+    sweep_group_id,
 )
 
 CuratorPolicy = Callable[[str], str]
@@ -107,7 +116,7 @@ class EvalRecord(EpisodeRecord):
     run: str | None = None  # the curve this arm belongs to (run name); None for baseline arms
     checkpoint_step: int | None = None
     replicate: int = 0
-    game_index: int  # 0-based position in the sweep's game list
+    game_index: int  # 0-based index in the sweep's game list (the pairing key); `position`: where the stream played it
     n_games: int
     games_hash: str
     repo_skills: int = 0  # skills in the repo while this game was played
@@ -175,16 +184,19 @@ def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str
     )
 
 
-def _completed_rows(path: Path, plan: SweepPlan, arm: ArmPlan) -> list[dict[str, Any]]:
+def _completed_rows(path: Path, plan: SweepPlan, arm: ArmPlan, order: Sequence[int]) -> list[dict[str, Any]]:
+    """The arm file's complete rows; row k must be game ``order[k]`` of the stream's play order."""
     rows = list(read_jsonl(path))
-    for i, row in enumerate(rows):
-        where = f"{path}:{i + 1}"
+    for k, row in enumerate(rows):
+        where = f"{path}:{k + 1}"
         if row.get("sweep_id") != plan.sweep_id or row.get("arm") != arm.arm:
             raise SweepError(f"{where}: row of sweep {row.get('sweep_id')!r} arm {row.get('arm')!r} in arm file "
                              f"{arm.arm!r} of sweep {plan.sweep_id} (fix: do not mix sweeps in one --out folder)")
-        if row.get("game_index") != i or row.get("game_id") != plan.games[i]["game_id"]:
-            raise SweepError(f"{where}: game {row.get('game_index')} where game {i} ({plan.games[i]['game_id']}) was "
-                             "expected (fix: the arm file was edited; remove it to replay the arm)")
+        i = order[k] if k < len(order) else None
+        if i is None or row.get("game_index") != i or row.get("game_id") != plan.games[i]["game_id"]:
+            want = "no game" if i is None else f"game {i} ({plan.games[i]['game_id']})"
+            raise SweepError(f"{where}: game {row.get('game_index')} where {want} was expected at position {k + 1} "
+                             f"of stream {arm.replicate} (fix: the arm file was edited; remove it to replay the arm)")
     return rows
 
 
@@ -216,7 +228,8 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
 
     arm = plan.arm(arm_name_)
     path = Path(out_dir) / ARMS_DIR / f"{arm.arm}.jsonl"
-    done = _completed_rows(path, plan, arm)
+    order = plan.play_order(arm.replicate)  # the arm's stream: its own order of the sweep's games
+    done = _completed_rows(path, plan, arm, order)
     repo = runtime.new_repo()
     _replay(repo, done, arm.arm)
     n = len(plan.games)
@@ -230,10 +243,12 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
     history = [HistoryTurn(r["curator_input"], r["curator_turn"]) for r in done
                if r.get("curator_input") and r.get("curator_turn") is not None]
     with JsonlWriter(path) as writer:  # truncates a torn last line before appending
-        for i in range(len(done), n):
+        for k in range(len(done), n):
+            i = order[k]  # the game's index in the sweep's list (the pairing key); k: where this stream plays it
             game = GameRef.from_dict(plan.games[i])
-            # same group id in every arm: the executor's seed for this game is shared (common random numbers)
-            session = runtime.session(TaskGroup(f"sweep:{game.game_id}", game.task_type, (game,)), arm.replicate)
+            # same group id in every arm and rollout index = stream: the executor's seed for this game is shared
+            # by the arms of a stream (common random numbers) and differs between streams (executor_seed)
+            session = runtime.session(TaskGroup(sweep_group_id(game.game_id), game.task_type, (game,)), arm.replicate)
             session.repo = repo
             size, chars = len(repo), len(repo.text())
             curator_input = session.start()
@@ -258,7 +273,7 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
             episode = result.positions[0].episode.record
             fields = episode.model_dump(exclude={"kind", "schema_version", "position"})
             row = EvalRecord(
-                **fields, position=i + 1, sweep_id=plan.sweep_id, arm=arm.arm, role=arm.role, run=arm.run,
+                **fields, position=k + 1, sweep_id=plan.sweep_id, arm=arm.arm, role=arm.role, run=arm.run,
                 checkpoint_step=arm.checkpoint_step, replicate=arm.replicate, game_index=i, n_games=n,
                 games_hash=plan.games_hash, repo_skills=size, repo_chars=chars, curator_calls=calls,
                 curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash, run_seed=arm.run_seed,
@@ -273,7 +288,7 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
             succ += row.outcome == "success"
             unm += row.outcome == "unmeasured"
             if on_row is not None:
-                on_row(arm.arm, i + 1)
+                on_row(arm.arm, k + 1)
     return ArmOutcome(arm.arm, n, len(done), unm, succ, round(time.perf_counter() - t0, 3))
 
 
@@ -310,26 +325,27 @@ class SweepResult:
     sweep_id: str
     n_games: int
     arms: dict[str, ArmOutcome]
+    streams: int = 1
 
     def summary(self) -> dict[str, Any]:
         return {"out_dir": str(self.out_dir), "sweep_id": self.sweep_id, "n_games": self.n_games,
-                "arms": {k: asdict(v) for k, v in self.arms.items()}}
+                "streams": self.streams, "arms": {k: asdict(v) for k, v in self.arms.items()}}
 
 
 def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], out_dir: str | Path, *,
           data_root: str | Path | None = None, environ: Mapping[str, str] | None = None, split: str | None = None,
-          n_games: int | None = None, baseline_replicates: int = 0,
-          replicate_checkpoints: Mapping[str, Sequence[int] | str] | None = None,
-          policy_factory: PolicyFactory, workers: int | None = None, ray_address: str | None = None,
+          n_games: int | None = None, streams: int | None = None, policy_factory: PolicyFactory,
+          workers: int | None = None, ray_address: str | None = None,
           ray_num_cpus: int | None = None, ray_retries: int = 3, progress: bool = True, arms: Sequence[str] | None = None,
           executor: Any = None) -> SweepResult:
     """Evaluate every checkpoint of each run and a same-sweep baseline on the held-out games (resumable).
 
     run_dirs: training run folders (``NAME=PATH`` strings or a name -> path mapping); data_root: the ALFWorld
     data folder (else ``environ['ALFWORLD_DATA']``); split / n_games: default environment.eval_split /
-    environment.eval_games; policy_factory(arm, spec) -> policy for a checkpoint arm (required; the checkpoint's
-    own generation is twinrun.models.curator_policy.hf_policy_factory, a curator that writes nothing
-    no_ops_policy_factory);
+    environment.eval_games; streams: replicate streams per arm (default spec.sweep.streams; a folder planned
+    with another number is refused before anything is written); policy_factory(arm, spec) -> policy for a
+    checkpoint arm (required; the checkpoint's own generation is twinrun.models.curator_policy.hf_policy_factory,
+    a curator that writes nothing no_ops_policy_factory);
     ray_address: fan arms out as Ray tasks ("local" starts a local Ray with ray_num_cpus CPUs; an arm whose node is
     lost is run again on another node up to ray_retries times, resuming from its rows: :mod:`twinrun.core.sweep_ray`);
     arms: only these arms of the plan (default all); executor: an Executor object (tests) instead of the spec's.
@@ -337,6 +353,8 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     from twinrun.core.envs import make_catalog
 
     env = spec.environment
+    n_streams = spec.sweep.streams if streams is None else streams
+    check_streams(out_dir, n_streams)  # before the catalog is read: a wrong --streams fails in a second
     runs = parse_run_dirs(list(run_dirs)) if not isinstance(run_dirs, Mapping) else {
         k: Path(v) for k, v in run_dirs.items()}
     root = None
@@ -356,7 +374,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
         prompts = ExecutorPrompts.from_files(spec.prompt_path("executor_system"), spec.prompt_path("executor_input"))
         ex_hash = executor_settings_hash(spec.executor, prompts)
     plan = plan_sweep(spec, runs, out_dir, games=games, split=split, executor_settings_hash=ex_hash,
-                      baseline_replicates=baseline_replicates, replicate_checkpoints=replicate_checkpoints)
+                      streams=n_streams)
     unknown = sorted(set(arms or ()) - {a.arm for a in plan.arms})
     if unknown:
         raise SweepError(f"arms: {unknown[0]!r} is not an arm of this sweep (fix: one of {[a.arm for a in plan.arms]})")
@@ -371,7 +389,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
                              passed, max_retries=ray_retries)
     else:
         outcomes = _sweep_local(plan, todo, spec, out_dir, factory, workers, progress, environ, executor)
-    return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes)
+    return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes, plan.streams or 1)
 
 
 def _progress(enabled: bool) -> Any:

@@ -1,5 +1,15 @@
 """The sweep's plan (`sweep.json`, the manifest): which arms, which games, which checkpoints, with their content
-hashes. Split from :mod:`twinrun.core.sweep` (which runs the arms and re-exports these names)."""
+hashes, and the replicate streams every arm is played as. Split from :mod:`twinrun.core.sweep` (which runs the
+arms and re-exports these names).
+
+**Streams** (docs/streams.md). With ``streams: R`` every checkpoint arm and the baseline is played R times on the
+same games; stream r is the arm's ``replicate`` (arm name suffix ``#r{r}`` for r > 0). Stream r has its own play
+order (a seeded permutation of the sweep's game list; stream 0 plays the list's own order), its own executor
+seeds (:func:`executor_seed`; stream 0's are the seeds a one-stream sweep uses) and its own curator sampling seed,
+and starts from an empty skill repository. Stream r of every arm shares that order and those executor seeds, so
+arms stay paired game by game within a stream. The manifest records each stream's order, order seed and seeds.
+A manifest written before streams existed has ``streams: null``: it resumes as one stream (its ``--replicates``
+arms, if any, in the sweep's order)."""
 
 from __future__ import annotations
 
@@ -51,6 +61,18 @@ class ArmPlan:
     run_seed: int | None = None  # the training run's seed (its records' provenance, else its spec.yaml)
 
 
+@dataclass(frozen=True)
+class StreamPlan:
+    """One replicate stream: every arm with ``replicate == stream`` plays the games in ``order`` (indices into
+    the sweep's game list) with these executor seeds (by index into the game list) and this curator seed."""
+
+    stream: int
+    order_seed: int | None  # None: the sweep's own order (stream 0)
+    order: list[int]
+    executor_seeds: list[int]
+    curator_seed: int
+
+
 @dataclass
 class SweepPlan:
     sweep_id: str
@@ -66,10 +88,20 @@ class SweepPlan:
     arms: list[ArmPlan] = field(default_factory=list)
     executor: str | None = None  # the executor's name: what a comparison across executors tells sweeps apart by
     schema_version: int = SWEEP_SCHEMA_VERSION
+    streams: int | None = None  # replicate streams per arm; None: a manifest written before streams (one stream)
+    stream_plans: list[StreamPlan] = field(default_factory=list)
 
     @property
     def game_ids(self) -> list[str]:
         return [g["game_id"] for g in self.games]
+
+    def play_order(self, replicate: int) -> list[int]:
+        """Indices into the game list in the order stream `replicate` plays them (the list's own order for a
+        stream the manifest has no plan for: stream 0, and the replicate arms of a manifest older than streams)."""
+        for sp in self.stream_plans:
+            if sp.stream == replicate:
+                return list(sp.order)
+        return list(range(len(self.games)))
 
     def arm(self, name: str) -> ArmPlan:
         for a in self.arms:
@@ -86,7 +118,8 @@ class SweepPlan:
     def from_dict(cls, d: Mapping[str, Any]) -> SweepPlan:
         d = dict(d)
         arms = [ArmPlan(**a) for a in d.pop("arms", [])]
-        return cls(**d, arms=arms)
+        streams = [StreamPlan(**sp) for sp in d.pop("stream_plans", None) or []]
+        return cls(**d, arms=arms, stream_plans=streams)
 
 
 def load_plan(out_dir: str | Path) -> SweepPlan | None:
@@ -125,6 +158,59 @@ def select_games(games: Sequence[Any], n: int | None, seed: int) -> list[Any]:
     chosen = sorted(chosen, key=lambda g: g.game_id)
     order.shuffle(chosen)
     return chosen
+
+
+def sweep_group_id(game_id: str) -> str:
+    """The task-group id a sweep plays a game under: the same in every arm, so the executor's seed of a game is
+    shared by the arms of one stream (common random numbers)."""
+    return f"sweep:{game_id}"
+
+
+def executor_seed(seed: int, game_id: str, stream: int) -> int:
+    """The executor's sampling seed for `game_id` in stream `stream` (the curation session's seed at position 1,
+    rollout index = stream): stream 0's is the seed a one-stream sweep always used."""
+    from twinrun.core.task_groups import rollout_episode_seed
+
+    return rollout_episode_seed(seed, sweep_group_id(game_id), stream, 1)
+
+
+def curator_seed(seed: int, stream: int) -> int:
+    """The checkpoint curator's sampling seed in stream `stream` (a generation's seed is derived from it and the
+    curator input: :class:`twinrun.core.sweep.HFCuratorPolicy`)."""
+    return seed * 1000 + stream
+
+
+def stream_plan(seed: int, game_ids: Sequence[str], stream: int) -> StreamPlan:
+    """Stream 0 plays the sweep's order; stream r > 0 a permutation of the same games seeded by (sweep seed,
+    game list, r), so each stream's early games (those its first skills are written from) differ."""
+    from twinrun.core.curation import stable_int
+
+    order = list(range(len(game_ids)))
+    order_seed = None
+    if stream > 0:
+        order_seed = stable_int("sweep-stream-order", seed, games_hash(game_ids), stream)
+        random.Random(order_seed).shuffle(order)
+    return StreamPlan(stream=stream, order_seed=order_seed, order=order,
+                      executor_seeds=[executor_seed(seed, g, stream) for g in game_ids],
+                      curator_seed=curator_seed(seed, stream))
+
+
+def check_streams(out_dir: str | Path, streams: int) -> SweepPlan | None:
+    """Refuse (one line, before anything is written) a sweep folder planned with another number of streams; the
+    folder's manifest (None when there is none yet)."""
+    if streams < 1:
+        raise SweepError(f"--streams: {streams} (fix: 1 or more streams per arm)")
+    existing = load_plan(out_dir)
+    if existing is None:
+        return None
+    planned = 1 if existing.streams is None else existing.streams
+    if planned != streams:
+        raise SweepError(
+            f"--streams: {streams}, but {str(Path(out_dir))!r} holds sweep {existing.sweep_id} planned with "
+            f"streams={planned} (sweep.json) (fix: --streams {planned} (or sweep.streams: {planned}) to resume "
+            "it, or a new --out folder)"
+        )
+    return existing
 
 
 def discover_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
@@ -249,13 +335,13 @@ def arm_name(run: str, step: int, replicate: int = 0) -> str:
 
 
 def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
-               split: str, executor_settings_hash: str | None, baseline_replicates: int = 0,
-               replicate_checkpoints: Mapping[str, Sequence[int] | str] | None = None) -> SweepPlan:
-    """Create the manifest, or extend an existing one with new arms (same spec and games, else refused).
+               split: str, executor_settings_hash: str | None, streams: int = 1) -> SweepPlan:
+    """Create the manifest, or extend an existing one with new arms (same spec, games and number of streams,
+    else refused before anything is written).
 
-    replicate_checkpoints: run name -> steps to replicate once more (``"all"`` = every checkpoint)."""
+    streams: replicate streams per arm; every checkpoint arm and the baseline gets replicates 0..streams-1."""
     out = Path(out_dir)
-    existing = load_plan(out)
+    existing = check_streams(out, streams)
     game_dicts = [g.to_dict() for g in games]
     ids = [g["game_id"] for g in game_dicts]
     if existing is not None:
@@ -278,6 +364,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             executor_settings_hash=executor_settings_hash, seed=spec.seed, created=time.time(),
             executor=executor_name(spec),
             twinrun_version=twinrun_version(),
+            streams=streams, stream_plans=[stream_plan(spec.seed, ids, r) for r in range(streams)],
         )
     have = {a.arm: a for a in plan.arms}
 
@@ -292,12 +379,8 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
                 f"({old.checkpoint_hash} -> {a.checkpoint_hash}) (fix: a new --out folder for the new weights)"
             )
 
-    for r in range(baseline_replicates + 1):
+    for r in range(streams):
         add(ArmPlan(arm=BASELINE if r == 0 else f"{BASELINE}#r{r}", role="baseline", replicate=r))
-    reps = dict(replicate_checkpoints or {})
-    unknown = sorted(set(reps) - set(run_dirs))
-    if unknown:
-        raise SweepError(f"--replicates: run {unknown[0]!r} is not among the RUN_DIRs (fix: one of {sorted(run_dirs)})")
     for run, run_dir in run_dirs.items():
         ckpts = discover_checkpoints(run_dir)
         if not ckpts:
@@ -307,13 +390,12 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             )
         backend, run_spec, run_seed = _run_identity(run_dir)
         _check_run_shape(run_dir, spec)
-        want = reps.get(run, ())
         for step, path in ckpts:
             known = have.get(arm_name(run, step))
             stat = checkpoint_fingerprint(path)
             # hashing an 8B checkpoint takes a minute: reuse the recorded hash while names, sizes and mtimes match
             chash = known.checkpoint_hash if known and known.checkpoint_stat == stat else checkpoint_hash(path)
-            for r in range(2 if (want == "all" or step in want) else 1):
+            for r in range(streams):
                 add(ArmPlan(arm=arm_name(run, step, r), role="checkpoint", replicate=r, run=run,
                             run_dir=str(Path(run_dir).resolve()), backend=backend, run_spec_hash=run_spec, run_seed=run_seed,
                             checkpoint_step=step, checkpoint_path=str(path.resolve()), checkpoint_hash=chash,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.errors import DependencyMissing, InfrastructureError, TwinrunError
-from twinrun.core.sweep import ArmPlan, CuratorPolicy, SweepError
+from twinrun.core.sweep import ArmPlan, CuratorPolicy, SweepError, curator_seed
 from twinrun.core.toolcalls import CURATE_TOOL
 from twinrun.models.tiny import resolve_model
 
@@ -102,6 +102,6 @@ def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None =
     return HFCuratorPolicy(
         arm.checkpoint_path, system_prompt=spec.read_prompt("curator_system").strip(), tools=[CURATE_TOOL],
         temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
-        max_new_tokens=spec.curator.max_response_tokens, seed=spec.seed * 1000 + arm.replicate,
+        max_new_tokens=spec.curator.max_response_tokens, seed=curator_seed(spec.seed, arm.replicate),
         tokenizer_dir=tok_dir, device=device, max_prompt_tokens=spec.curator.max_prompt_tokens,
     )

@@ -33,6 +33,7 @@ from twinrun.core.spec.policy import (
     SkillsSpec,
 )
 from twinrun.core.spec.sft import TEACHER_PARAMS, GoldPathSpec, RoseSpec, SFTSpec, TeacherSpec
+from twinrun.core.spec.sweep import SweepSpec
 from twinrun.core.spec.tracking import TrackingSpec
 
 __all__ = [
@@ -40,5 +41,5 @@ __all__ = [
     "BatchSpec", "BM25Spec", "ClipSpec", "ContextShape", "CurationSpec", "CuratorSpec", "EnvironmentSpec",
     "Estimator", "ExecutorSpec", "ExperimentSpec", "GigpoSpec", "GoldPathSpec", "JudgeSpec", "KLSpec", "load_spec",
     "OptimizerSpec", "PromptsSpec", "ResourcesSpec", "RetrievalSpec", "RewardSpec", "RoseSpec", "SamplingSpec",
-    "SFTSpec", "SkillsSpec", "spec_from_dict", "SpecError", "TeacherSpec", "TrackingSpec",
+    "SFTSpec", "SkillsSpec", "spec_from_dict", "SpecError", "SweepSpec", "TeacherSpec", "TrackingSpec",
 ]

@@ -16,11 +16,13 @@ from twinrun.core.spec.policy import (
     OptimizerSpec, PromptsSpec, ResourcesSpec, RetrievalSpec, RewardSpec, SamplingSpec, SkillsSpec,
 )
 from twinrun.core.spec.sft import SFTSpec
+from twinrun.core.spec.sweep import SweepSpec
 from twinrun.core.spec.tracking import TrackingSpec
 
 
-# sections that say where results are shown, not what is trained: outside the spec hash and the resume check
-UNHASHED_SECTIONS = ("tracking",)
+# sections that say where results are shown or how checkpoints are measured, not what is trained: outside the spec
+# hash and the training resume check (a sweep folder checks its own stream count: twinrun.core.sweep_plan)
+UNHASHED_SECTIONS = ("tracking", "sweep")
 
 
 class ExperimentSpec(_Strict):
@@ -49,6 +51,8 @@ class ExperimentSpec(_Strict):
     sft: SFTSpec = SFTSpec()
     resources: ResourcesSpec = ResourcesSpec()
     tracking: TrackingSpec = Field(TrackingSpec(), description="where runs are shown (not part of the spec hash)")
+    sweep: SweepSpec = Field(SweepSpec(), description="how the held-out sweep measures checkpoints: replicate "
+                             "streams (not part of the spec hash)")
     overrides: dict[Backend, dict[str, Any]] = Field(
         default_factory=dict,
         description="raw framework knobs applied after compilation (escape hatch; plan re-derives counts from them)",
@@ -115,8 +119,9 @@ class ExperimentSpec(_Strict):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
     def spec_hash(self) -> str:
-        """sha256 (first 16 hex) of the canonical spec less its ``tracking`` section (where runs are shown is not
-        what is trained: a run keeps its hash when it gains a dashboard); carried in every record."""
+        """sha256 (first 16 hex) of the canonical spec less its ``tracking`` and ``sweep`` sections (where runs are
+        shown and how many streams measure them is not what is trained: a run keeps its hash when it gains a
+        dashboard or a stream); carried in every record."""
         body = self.model_dump(mode="json", exclude=set(UNHASHED_SECTIONS))
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
