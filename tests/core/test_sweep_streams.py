@@ -213,6 +213,12 @@ def test_streams_play_their_own_order_and_seeds_from_an_empty_repo_and_resume(
 
     table = load_game_table([out])
     assert sorted((a.name, a.replicate) for a in table.arms) == sorted((a, plan.arm(a).replicate) for a in arms)
+    # and twinrun design reads it as a pilot: rho from the streams of each cell (baseline, trl@2)
+    from twinrun.core.compare.design import pilot_from_sweep
+
+    pilot = pilot_from_sweep(out)
+    assert (pilot.streams, pilot.games, pilot.checkpoints, pilot.runs) == (2, 5, 1, 1)
+    assert pilot.icc.streams == 4 and pilot.icc.df_between == 2  # 2 cells x (2 streams - 1)
 
 
 @pytest.mark.alfworld

@@ -1,0 +1,197 @@
+"""twinrun design (twinrun.core.compare.design): hand cases, and the predicted power against simulated rejection
+rates of the planned stream-level test on planted streams with known intra-stream correlation.
+
+Planted streams: a stream's success rate is drawn from a beta distribution of mean p whose beta-binomial
+correlation between two games of the stream is exactly rho (a + b = (1 - rho) / rho); its m games are then
+Bernoulli draws at that rate. Planted game difficulty (for the estimator): every stream of a cell plays the same
+games, game g at p_g plus the stream's shift.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from twinrun.core.compare import design as d
+from twinrun.core.compare.model import CompareError
+
+
+def stream_rates(rng: np.random.Generator, p: float, rho: float, m: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Success rates of beta-binomial streams of m games (shape: any leading axes)."""
+    if rho == 0:
+        pi = np.full(shape, p)
+    else:
+        s = (1 - rho) / rho
+        pi = rng.beta(p * s, (1 - p) * s, size=shape)
+    return rng.binomial(m, pi) / m
+
+
+def simulate(kind: str, delta: float, rho: float, streams: int, games: int, checkpoints: int, alpha: float,
+             sims: int, seed: int) -> float:
+    """Rejection rate of the planned test (pooled between-stream variance of the layout's cells, t with its df;
+    with one stream the z-test with the variance rho states)."""
+    rng = np.random.default_rng(seed)
+    k = checkpoints
+    if kind == "lift":  # cells: the run's K checkpoints (checkpoint 0 carries the lift) and the baseline
+        means = np.full(k + 1, 0.5 - delta / 2)
+        means[0] = 0.5 + delta / 2
+    else:  # two runs' K checkpoints; run A's checkpoint 0 raised so its centred difference from run B is delta
+        means = np.full(2 * k, 0.5)
+        means[0] += delta * k / (k - 1)
+        means -= means.mean() - 0.5
+    y = np.stack([stream_rates(rng, mu, rho, games, (sims, streams)) for mu in means], axis=1)  # [sims, cells, R]
+    cell = y.mean(axis=2)
+    if kind == "lift":
+        est = cell[:, 0] - cell[:, k]
+        scale = 2.0 / streams
+    else:
+        a, b = cell[:, :k], cell[:, k:]
+        est = (a[:, 0] - a.mean(axis=1)) - (b[:, 0] - b.mean(axis=1))
+        scale = 2.0 * (1 - 1 / k) / streams
+    if streams == 1:
+        se = math.sqrt(scale * d.stream_variance(games, rho, 0.5))
+        return float((np.abs(est / se) > stats.norm.ppf(1 - alpha / 2)).mean())
+    df = y.shape[1] * (streams - 1)
+    s2 = ((y - cell[:, :, None]) ** 2).sum(axis=(1, 2)) / df
+    t = est / np.sqrt(scale * s2)
+    return float((np.abs(t) > stats.t.ppf(1 - alpha / 2, df)).mean())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Hand cases
+
+
+def test_power_and_games_by_hand() -> None:
+    assert d.design_effect(140, 0.02) == pytest.approx(3.78)  # docs/streams.md: SE about twice the naive one
+    # one stream, no correlation: the two-sample normal test; Var = 2 x 0.25 / 100, ncp = 0.1 / 0.0707 = 1.414
+    assert d.power(0.10, 0.0, 1, 100) == pytest.approx(stats.norm.cdf(1.4142 - 1.96) + stats.norm.cdf(-1.4142 - 1.96),
+                                                       abs=1e-4)
+    # the textbook n per group: 2 p (1 - p) (z_.975 + z_.8)^2 / delta^2 = 392.4 -> 393
+    assert d.games_needed(0.10, 0.0, 1, target=0.8) == 393
+    # no difference: power is the level, for t and normal alike
+    assert d.power(0.0, 0.02, 4, 32) == pytest.approx(0.05) and d.power(0.0, 0.02, 1, 32) == pytest.approx(0.05)
+    # streams, not games, once m rho >> 1: with rho 0.02 and 10 points, 8 streams never decide, 16 do with 49 games
+    rows = {r.streams: r for r in d.design_table(0.10, 0.02, checkpoints=8, runs=2, streams=(8, 16))}
+    assert rows[8].games is None and rows[8].power_unlimited_games < 0.8
+    assert rows[16].games == 49 and rows[16].power >= 0.8 > d.power(0.10, 0.02, 16, 48, checkpoints=8)
+    assert rows[16].episodes == (8 * 2 + 1) * 16 * 49
+    # a shape difference needs K >= 2; bad input is one line naming the field
+    with pytest.raises(CompareError, match=r"--checkpoints: 1 \(fix"):
+        d.power(0.1, 0.02, 2, 32, kind="shape", checkpoints=1)
+    with pytest.raises(CompareError, match=r"--rho: 1.5 \(fix"):
+        d.design_table(0.1, 1.5)
+
+
+def test_icc_estimators_by_hand() -> None:
+    # one cell, two streams of 4 games: all-or-nothing streams -> 1; identical streams -> -1 / (m - 1)
+    assert d.stream_icc_counts([[(4, 4), (4, 0)]]).icc == pytest.approx(1.0)
+    assert d.stream_icc_counts([[(4, 2), (4, 2)]]).icc == pytest.approx(-1 / 3)
+    # streams x games [[1, 1, 0], [0, 0, 0]]: SSB = 2/3 (1 df), residual SS = 1/3 (2 df) -> (2/3 - 1/6) / (2/3 + 2/6)
+    est = d.stream_icc_games([np.array([[1, 1, 0], [0, 0, 0]], float)])
+    assert est.icc == pytest.approx(0.5) and (est.df_between, est.df_within, est.m0) == (1, 2, 3)
+    lo, hi = est.ci
+    assert lo <= 0.5 <= hi
+    # a cell with one stream carries nothing; with no cell of 2 streams there is no estimate
+    assert d.stream_icc_counts([[(10, 3)]]).icc is None
+    cells = d.cells_from_arms([{"role": "baseline", "replicate": 1, "n_measured": 4, "success_rate": 0.0},
+                               {"role": "checkpoint", "run": "trl", "checkpoint": 2, "replicate": 0, "n_measured": 4,
+                                "success_rate": 0.5}], {"n_measured": 4, "success_rate": 1.0})
+    assert cells == {"baseline": [(0, 4, 4), (1, 4, 0)], "trl@2": [(0, 4, 2)]}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Predicted vs simulated power (planted streams with known rho)
+
+
+@pytest.mark.parametrize("kind, delta, rho, streams, games, checkpoints", [
+    ("lift", 0.12, 0.02, 4, 32, 3),
+    ("lift", 0.20, 0.05, 2, 64, 8),
+    ("lift", 0.0, 0.05, 3, 48, 4),  # no difference: the level
+    ("shape", 0.15, 0.03, 3, 40, 4),
+    ("lift", 0.15, 0.02, 1, 100, 4),  # one stream: rho stated, normal test
+])
+def test_predicted_power_matches_simulated_power(kind: str, delta: float, rho: float, streams: int, games: int,
+                                                 checkpoints: int) -> None:
+    predicted = d.power(delta, rho, streams, games, kind=kind, checkpoints=checkpoints)
+    simulated = simulate(kind, delta, rho, streams, games, checkpoints, 0.05, sims=4000, seed=7)
+    assert abs(predicted - simulated) < 0.03, (predicted, simulated)
+
+
+@pytest.mark.slow
+def test_games_needed_reaches_the_target_power_by_simulation() -> None:
+    """The design's answer, played: at the games it names the simulated power reaches the target (within
+    simulation error); a third of the games falls short."""
+    rho, delta, k = 0.02, 0.15, 4
+    rows = {r.streams: r for r in d.design_table(delta, rho, checkpoints=k, streams=(4, 6))}
+    r6 = rows[6]
+    assert r6.games == 84 and rows[4].games > 10_000  # 4 streams: stream noise nearly forbids it
+    sim = simulate("lift", delta, rho, 6, r6.games, k, 0.05, sims=20000, seed=11)
+    assert sim > 0.8 - 0.015 and abs(sim - r6.power) < 0.015
+    short = simulate("lift", delta, rho, 6, max(r6.games // 3, 2), k, 0.05, sims=20000, seed=12)
+    assert short < 0.75
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The ICC estimators on planted streams
+
+
+def test_count_icc_is_unbiased_and_covers_without_game_effects() -> None:
+    rng = np.random.default_rng(3)
+    rho, cells, streams, games = 0.05, 8, 4, 48
+    est, cover = [], 0
+    draws = 300
+    for _ in range(draws):
+        rates = stream_rates(rng, 0.4, rho, games, (cells, streams))
+        res = d.stream_icc_counts([[(games, int(round(x * games))) for x in row] for row in rates])
+        est.append(res.icc)
+        cover += res.ci[0] <= rho <= res.ci[1]
+    assert abs(np.mean(est) - rho) < 0.01
+    assert 0.90 <= cover / draws <= 0.99
+
+
+def test_game_icc_removes_shared_game_difficulty_that_biases_the_count_icc() -> None:
+    """Every stream plays the same games (half at 0.3, half at 0.7) shifted by its own uniform(-0.15, 0.15):
+    rho = var(shift) / mean p_g (1 - p_g) = 0.0075 / 0.21. The games estimator finds it; counts alone read the
+    shared difficulty as within-stream noise and come out low."""
+    rng = np.random.default_rng(5)
+    cells, streams, games = 8, 4, 64
+    pg = np.where(np.arange(games) % 2 == 0, 0.3, 0.7)
+    truth = (0.15 ** 2 / 3) / float((pg * (1 - pg)).mean())
+    by_games, by_counts, cover = [], [], 0
+    draws = 200
+    for _ in range(draws):
+        shift = rng.uniform(-0.15, 0.15, size=(cells, streams, 1))
+        y = (rng.random((cells, streams, games)) < pg + shift).astype(float)
+        g = d.stream_icc_games(list(y))
+        by_games.append(g.icc)
+        cover += g.ci[0] <= truth <= g.ci[1]
+        by_counts.append(d.stream_icc_counts([[(games, int(s)) for s in c.sum(axis=1)] for c in y]).icc)
+    assert abs(np.mean(by_games) - truth) < 0.01
+    assert np.mean(by_counts) < truth - 0.005  # about -0.009 here
+    assert 0.88 <= cover / draws <= 0.99
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The command
+
+
+def test_design_command_with_a_stated_rho_prints_the_table_and_json() -> None:
+    from typer.testing import CliRunner
+
+    from twinrun.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["design", "--delta", "10", "--rho", "0.02", "--checkpoints", "8", "--runs", "2",
+                              "--streams", "8,16", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [r["streams"] for r in out["rows"]] == [8, 16] and out["rows"][1]["games"] == 49
+    assert out["rho"] == 0.02 and out["rho_source"] == "stated"
+    text = runner.invoke(app, ["design", "--delta", "10", "--rho", "0.02", "--checkpoints", "8", "--runs", "2"])
+    assert text.exit_code == 0 and "DEFF" in text.output and "no number of games" in text.output
+    bad = runner.invoke(app, ["design", "--delta", "10"])
+    assert bad.exit_code != 0 and "--rho/--pilot: give exactly one" in str(bad.exception)

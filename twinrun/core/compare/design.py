@@ -1,0 +1,314 @@
+"""Design before spending GPUs: how many streams x games per checkpoint decide a difference, given the
+intra-stream correlation; and that correlation estimated from a pilot sweep's replicate streams (docs/streams.md).
+
+**The model.** A stream plays m games through one skill repository, so its games are correlated: outcome
+y_sg (stream s, game g) has variance sigma2 = p (1 - p) and any two games of one stream correlate rho. The success
+rate of one stream then has variance (Kish)
+
+    v(m) = sigma2 / m * DEFF,   DEFF = 1 + (m - 1) rho        (= sigma2 (rho + (1 - rho) / m))
+
+and a cell (one run's checkpoint, or the baseline) measured as R independent streams has mean variance v / R.
+More games shrink only the second term: with any number of games the variance stays above sigma2 rho / R, so
+only streams buy precision once m rho >> 1.
+
+**The tests it plans for** (stream-level analysis: each stream's success rate is one observation; the cells'
+between-stream variances are pooled, as a two-way layout run x checkpoint with R streams per cell):
+
+- ``lift``: one checkpoint's lift over the baseline, delta = p_arm - p_base.
+  Var = 2 v / R; error df = (K + 1)(R - 1) (the run's K checkpoint cells and the baseline cell).
+  The baseline writes no skills, so its true stream variance is at most v: treating it as v is conservative.
+- ``shape``: a difference between two runs' curves after each is centred on its own mean, at one checkpoint:
+  delta = (a_k - mean a) - (b_k - mean b). Var = 2 v (1 - 1/K) / R; error df = 2 K (R - 1). K >= 2.
+
+Power of the two-sided level-alpha t-test: with ncp = delta / sqrt(Var) and t* = t_{1-alpha/2, df},
+power = P(|T| > t*) for T ~ noncentral t(df, ncp) (scipy ``nct``): the small-sample t for few streams. With one
+stream per cell (R = 1) no between-stream variance can be estimated (df = 0): the variance must come from a stated
+rho, and the test is the normal one, power = Phi(ncp - z*) + Phi(-ncp - z*), z* = z_{1-alpha/2}.
+Cost: executor episodes = (checkpoints x runs + 1 baseline) x R x m.
+
+**The estimator** (:func:`stream_icc_games`, :func:`stream_icc_counts`): one-way ANOVA of streams within cells
+(each cell's streams share its true rate), ICC = (MSB - MSW) / (MSB + (m0 - 1) MSW), with the F-based interval
+(Searle): F = MSB / MSW, F_L = F / F_{1-a/2}(df_B, df_W), F_U = F x F_{1-a/2}(df_W, df_B),
+rho in [(F_L - 1) / (F_L + m0 - 1), (F_U - 1) / (F_U + m0 - 1)] (exact for normal outcomes, approximate for 0/1).
+Every stream of a sweep plays the same games, so a game's difficulty is shared by all streams: from per-game
+outcomes (:func:`stream_icc_games`) the game effect is removed first (two-way streams x games within each cell,
+residual as the within-stream error); from success counts alone (:func:`stream_icc_counts`) it cannot be, and
+game-difficulty variance inflates MSW: that estimate is biased low when games differ in difficulty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats
+
+from twinrun.core.compare.model import CompareError
+
+Kind = Literal["lift", "shape"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Power of a streams x games design
+
+
+def design_effect(games: int, rho: float) -> float:
+    """Kish's DEFF = 1 + (m - 1) rho of a stream of m games with intra-stream correlation rho."""
+    return 1.0 + (games - 1) * rho
+
+
+def stream_variance(games: int, rho: float, rate: float = 0.5) -> float:
+    """Variance of one stream's success rate: p (1 - p) / m x DEFF."""
+    return rate * (1.0 - rate) / games * design_effect(games, rho)
+
+
+def contrast(kind: Kind, streams: int, games: int | float, rho: float, rate: float, checkpoints: int
+             ) -> tuple[float, int]:
+    """(variance of the estimated difference, error df) of the planned test (module docstring). games may be
+    math.inf (the limit of unlimited games: v = p (1 - p) rho)."""
+    if kind not in ("lift", "shape"):
+        raise CompareError(f"--kind: {kind!r} is not a planned difference (fix: lift or shape)")
+    if checkpoints < 1 or (kind == "shape" and checkpoints < 2):
+        raise CompareError(f"--checkpoints: {checkpoints} (fix: >= 1 for a lift, >= 2 for a shape difference)")
+    sigma2 = rate * (1.0 - rate)
+    v = sigma2 * rho if math.isinf(games) else stream_variance(int(games), rho, rate)
+    if kind == "lift":
+        return 2.0 * v / streams, (checkpoints + 1) * (streams - 1)
+    return 2.0 * v * (1.0 - 1.0 / checkpoints) / streams, 2 * checkpoints * (streams - 1)
+
+
+def power(delta: float, rho: float, streams: int, games: int | float, *, rate: float = 0.5, alpha: float = 0.05,
+          kind: Kind = "lift", checkpoints: int = 1) -> float:
+    """Power of the two-sided level-alpha test of a difference `delta` (success-rate scale, e.g. 0.10) with
+    `streams` streams of `games` games per cell: noncentral t with the pooled error df, normal when R = 1."""
+    var, df = contrast(kind, streams, games, rho, rate, checkpoints)
+    if var <= 0:
+        return 1.0 if delta != 0 else alpha
+    ncp = abs(delta) / math.sqrt(var)
+    if df == 0:
+        z = stats.norm.ppf(1 - alpha / 2)
+        return float(stats.norm.cdf(ncp - z) + stats.norm.cdf(-ncp - z))
+    t = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(t, df, ncp) + stats.nct.cdf(-t, df, ncp))
+
+
+def games_needed(delta: float, rho: float, streams: int, *, target: float = 0.8, max_games: int = 100_000,
+                 **kw: Any) -> int | None:
+    """The fewest games per stream whose power reaches `target` with `streams` streams (power rises with games),
+    or None when even unlimited games do not (stream noise alone: Var >= 2 p (1 - p) rho / R)."""
+    if power(delta, rho, streams, math.inf, **kw) < target:
+        return None
+    lo, hi = 1, max_games
+    if power(delta, rho, streams, hi, **kw) < target:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if power(delta, rho, streams, mid, **kw) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def episodes(checkpoints: int, runs: int, streams: int, games: int) -> int:
+    """Executor episodes a sweep costs: every checkpoint arm of every run and the baseline, R streams of m games."""
+    return (checkpoints * runs + 1) * streams * games
+
+
+@dataclass
+class DesignRow:
+    streams: int
+    games: int | None  # fewest games per checkpoint (per stream) that decide; None: no number of games does
+    power: float | None  # at those games
+    power_unlimited_games: float  # the ceiling that stream noise leaves with R streams
+    deff: float | None
+    episodes: int | None
+
+
+def design_table(delta: float, rho: float, *, rate: float = 0.5, alpha: float = 0.05, target: float = 0.8,
+                 kind: Kind = "lift", checkpoints: int = 1, runs: int = 1, streams: Sequence[int] = (1, 2, 3, 4, 6, 8, 12, 16),
+                 max_games: int = 100_000) -> list[DesignRow]:
+    """For each number of streams: the fewest games per checkpoint that reach `target` power, and the cost."""
+    _check_inputs(delta, rho, rate, alpha, target)
+    rows = []
+    for r in streams:
+        if r < 1:
+            raise CompareError(f"--streams: {r} (fix: 1 or more streams)")
+        kw = dict(rate=rate, alpha=alpha, kind=kind, checkpoints=checkpoints)
+        m = games_needed(delta, rho, r, target=target, max_games=max_games, **kw)
+        rows.append(DesignRow(
+            streams=r, games=m, power=None if m is None else power(delta, rho, r, m, **kw),
+            power_unlimited_games=power(delta, rho, r, math.inf, **kw),
+            deff=None if m is None else design_effect(m, rho),
+            episodes=None if m is None else episodes(checkpoints, runs, r, m)))
+    return rows
+
+
+def _check_inputs(delta: float, rho: float, rate: float, alpha: float, target: float) -> None:
+    if not 0 < abs(delta) < 1:
+        raise CompareError(f"--delta: {delta} (fix: a difference in success-rate points between 0 and 100, e.g. 10)")
+    if not 0 <= rho < 1:
+        raise CompareError(f"--rho: {rho} (fix: an intra-stream correlation in [0, 1), e.g. 0.02)")
+    if not 0 < rate < 1:
+        raise CompareError(f"--rate: {rate} (fix: a success rate strictly between 0 and 1)")
+    if not 0 < alpha < 1 or not 0 < target < 1:
+        raise CompareError(f"--alpha/--power: {alpha}/{target} (fix: both strictly between 0 and 1)")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The intra-stream correlation, estimated from replicate streams
+
+
+@dataclass
+class StreamICC:
+    icc: float | None  # the ANOVA estimate (may be negative: true rho 0 gives negative estimates half the time)
+    ci: tuple[float | None, float | None]
+    level: float
+    method: str
+    f_statistic: float | None
+    df_between: int
+    df_within: int
+    m0: float | None  # the effective games per stream
+    cells: int  # cells with >= 2 streams (the ones that carry information)
+    streams: int
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ci"] = list(self.ci)
+        return d
+
+
+def _icc_from_anova(ssb: float, dfb: int, ssw: float, dfw: int, m0: float, level: float, method: str,
+                    cells: int, streams: int) -> StreamICC:
+    if dfb <= 0 or dfw <= 0 or m0 <= 1:
+        return StreamICC(None, (None, None), level, method + " (no cell has 2 streams: rho cannot be estimated)",
+                         None, dfb, dfw, None, cells, streams)
+    msb, msw = ssb / dfb, ssw / dfw
+    if msw <= 0:  # every stream's games agree inside their cell: all the variation is between streams
+        return StreamICC(1.0 if msb > 0 else None, (None, None), level, method, None, dfb, dfw, m0, cells, streams)
+    f = msb / msw
+    a = 1 - level
+    icc = (msb - msw) / (msb + (m0 - 1) * msw)
+    f_lo = f / stats.f.ppf(1 - a / 2, dfb, dfw)
+    f_hi = f * stats.f.ppf(1 - a / 2, dfw, dfb)
+    floor = -1.0 / (m0 - 1)
+    lo = max(floor, (f_lo - 1) / (f_lo + m0 - 1))
+    hi = min(1.0, (f_hi - 1) / (f_hi + m0 - 1))
+    return StreamICC(float(icc), (float(lo), float(hi)), level, method, float(f), dfb, dfw, float(m0), cells, streams)
+
+
+def stream_icc_counts(cells: Sequence[Sequence[tuple[int, int]]], level: float = 0.95) -> StreamICC:
+    """One-way ANOVA ICC of streams within cells from counts: cells[c] = [(measured games, successes) per
+    stream]. For 0/1 outcomes the sums of squares need only the counts: SSW = sum y - y^2 / n, SSB = sum n
+    (p_s - p_cell)^2. m0 = (N - sum_c sum_s n_cs^2 / N_c) / (S - C) for unequal stream sizes. Game difficulty
+    is not removed (counts cannot): biased low when games differ (module docstring)."""
+    ssb = ssw = 0.0
+    dfb = dfw = 0
+    n_total = 0
+    sq = 0.0
+    used = streams = 0
+    for cell in cells:
+        ns = np.array([n for n, _ in cell if n > 0], float)
+        ys = np.array([y for n, y in cell if n > 0], float)
+        streams += len(ns)
+        if len(ns) < 2:
+            continue
+        used += 1
+        p = ys / ns
+        pc = ys.sum() / ns.sum()
+        ssb += float((ns * (p - pc) ** 2).sum())
+        ssw += float((ys - ys ** 2 / ns).sum())
+        dfb += len(ns) - 1
+        dfw += int(ns.sum()) - len(ns)
+        n_total += int(ns.sum())
+        sq += float((ns ** 2).sum() / ns.sum())
+    m0 = (n_total - sq) / dfb if dfb else 0.0
+    return _icc_from_anova(ssb, dfb, ssw, dfw, m0, level, "one-way ANOVA of stream success counts within cells "
+                           "(game difficulty not removed), F interval", used, streams)
+
+
+def stream_icc_games(cells: Sequence[np.ndarray], level: float = 0.95) -> StreamICC:
+    """ICC of streams within cells from per-game outcomes: cells[c] is a [streams, games] array of 0/1 (NaN:
+    unmeasured). Every stream of a cell plays the same games, so each cell is a two-way table without
+    replication: the game effect is removed (games measured in every stream of the cell only), the stream mean
+    square MSB = m x var(stream means) has R - 1 df, the residual MSW has (R - 1)(m - 1) df; pooled over cells,
+    ICC = (MSB - MSW) / (MSB + (m0 - 1) MSW) with m0 the df-weighted games per stream."""
+    ssb = ssw = 0.0
+    dfb = dfw = 0
+    m_weighted = 0.0
+    used = streams = 0
+    for y in cells:
+        y = np.asarray(y, float)
+        streams += y.shape[0]
+        y = y[:, ~np.isnan(y).any(axis=0)]
+        r, m = y.shape
+        if r < 2 or m < 2:
+            continue
+        used += 1
+        row = y.mean(axis=1, keepdims=True)
+        col = y.mean(axis=0, keepdims=True)
+        grand = y.mean()
+        ssb += float(m * ((row - grand) ** 2).sum())
+        ssw += float(((y - row - col + grand) ** 2).sum())
+        dfb += r - 1
+        dfw += (r - 1) * (m - 1)
+        m_weighted += (r - 1) * m
+    m0 = m_weighted / dfb if dfb else 0.0
+    return _icc_from_anova(ssb, dfb, ssw, dfw, m0, level, "streams x games ANOVA within cells (game effects "
+                           "removed), F interval", used, streams)
+
+
+def cells_from_arms(arms: Sequence[Mapping[str, Any]], baseline: Mapping[str, Any] | None = None
+                    ) -> dict[str, list[tuple[int, int, int]]]:
+    """Group a compare result's arm rows into cells: "run@step" or "baseline" -> [(stream, measured, successes)],
+    stream = the arm's ``replicate``. `baseline`: the result's baseline block (stream 0 of the baseline cell)."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
+
+    def add(cell: str, stream: int, n: int | None, rate: float | None) -> None:
+        if n and rate is not None:
+            out.setdefault(cell, []).append((stream, int(n), int(round(rate * n))))
+
+    if baseline is not None:
+        add("baseline", 0, baseline.get("n_measured"), baseline.get("success_rate"))
+    for a in arms:
+        cell = "baseline" if a.get("role") == "baseline" else f"{a.get('run')}@{a.get('checkpoint')}"
+        add(cell, int(a.get("replicate") or 0), a.get("n_measured"), a.get("success_rate"))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+@dataclass
+class Pilot:
+    """What a pilot sweep says for a design: its ICC, overall success rate and shape."""
+
+    icc: StreamICC
+    rate: float
+    streams: int
+    games: int
+    checkpoints: int  # per run (the most any run has)
+    runs: int
+
+
+def pilot_from_sweep(path: str | Path, level: float = 0.95) -> Pilot:
+    """Estimate rho from a sweep folder with >= 2 streams (:func:`stream_icc_games` on each cell's streams x
+    games outcomes)."""
+    from twinrun.core.compare.load import load_game_table
+
+    table = load_game_table([path])
+    cells: dict[tuple[str | None, int | None], dict[int, np.ndarray]] = {}
+    for i, a in enumerate(table.arms):
+        key = (None, None) if a.role == "baseline" else (a.run, a.checkpoint)
+        cells.setdefault(key, {})[a.replicate] = table.outcomes[i]
+    streams = max(len(c) for c in cells.values())
+    if streams < 2:
+        raise CompareError(f"--pilot: {str(path)!r} plays one stream per arm: rho cannot be estimated from it "
+                           "(fix: a pilot sweep with --streams 2 or more, or state --rho)")
+    icc = stream_icc_games([np.stack([c[r] for r in sorted(c)]) for c in cells.values()], level)
+    y = table.outcomes
+    runs = {a.run for a in table.arms if a.role == "checkpoint"}
+    per_run = max((len({a.checkpoint for a in table.arms if a.run == run}) for run in runs), default=1)
+    return Pilot(icc=icc, rate=float(np.nanmean(y)), streams=streams, games=y.shape[1], checkpoints=per_run,
+                 runs=max(len(runs), 1))
