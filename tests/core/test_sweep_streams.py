@@ -219,6 +219,13 @@ def test_streams_play_their_own_order_and_seeds_from_an_empty_repo_and_resume(
     pilot = pilot_from_sweep(out)
     assert (pilot.streams, pilot.games, pilot.checkpoints, pilot.runs) == (2, 5, 1, 1)
     assert pilot.icc.streams == 4 and pilot.icc.df_between == 2  # 2 cells x (2 streams - 1)
+    # the report of this sweep shows its streams and the correlation estimated from its per-game outcomes
+    from twinrun.core.compare import CompareSettings, compare
+    from twinrun.core.report import write_report
+
+    report = write_report(compare([out], "baseline", CompareSettings(n_boot=1000)), tmp_path / "report", sweeps=[out])
+    text = report.read_text()
+    assert "## Streams" in text and "| `trl@2` |" in text and "| `baseline` |" in text
 
 
 @pytest.mark.alfworld

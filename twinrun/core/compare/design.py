@@ -312,3 +312,21 @@ def pilot_from_sweep(path: str | Path, level: float = 0.95) -> Pilot:
     per_run = max((len({a.checkpoint for a in table.arms if a.run == run}) for run in runs), default=1)
     return Pilot(icc=icc, rate=float(np.nanmean(y)), streams=streams, games=y.shape[1], checkpoints=per_run,
                  runs=max(len(runs), 1))
+
+
+def stream_block(path: str | Path, level: float = 0.95) -> dict[str, Any] | None:
+    """The stream correlation of a sweep folder as the report shows it (``icc``, ``icc_ci``, ``method``, ``deff``,
+    ``deff_ci`` at the sweep's games, ``games``, ``cells``, ``streams``): :func:`stream_icc_games` on its cells;
+    None when it plays one stream per arm or no cell allows an estimate."""
+    try:
+        pilot = pilot_from_sweep(path, level)
+    except CompareError:
+        return None
+    est = pilot.icc
+    if est.icc is None:
+        return None
+    ci = [None if c is None else float(c) for c in est.ci]
+    m = pilot.games
+    return {"icc": est.icc, "icc_ci": ci, "method": est.method, "cells": est.cells, "streams": est.streams,
+            "deff": design_effect(m, est.icc), "deff_ci": [None if c is None else design_effect(m, c) for c in ci],
+            "games": m, "source": "sweep folder (per-game outcomes)"}
