@@ -129,7 +129,8 @@ def test_a_folder_resumed_with_other_streams_is_refused_before_any_write(tmp_pat
     for streams in (1, 3):
         with pytest.raises(sw.SweepError, match=rf"^--streams: {streams}, but .* planned with streams=2 \(sweep.json\)"
                                                 r" \(fix: --streams 2 .* or a new --out folder\)$"):
-            sw.sweep(spec, {"trl": run_dir}, out, streams=streams, progress=False)
+            sw.sweep(spec, {"trl": run_dir}, out, streams=streams, progress=False,
+                     policy_factory=sw.no_ops_policy_factory)
         assert folder_bytes(out) == before
     res = CliRunner().invoke(app, ["sweep", f"trl={run_dir}", "--spec", str(smoke_spec_path), "--out", str(out),
                                    "--streams", "3", "--curator", "no-ops"])

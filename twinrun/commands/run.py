@@ -108,7 +108,7 @@ def run(
     timings["compare+report"] = time.time() - t0
 
     console.rule("summary")
-    console.print(f"held-out games per arm: {result.n_games}; arms: {len(result.arms)}")
+    console.print(f"held-out games per arm: {result.n_games}; arms: {len(result.arms)} ({result.streams} stream(s) each)")
     for pair in comparison.get("pairs", []):
         console.print(f"  {pair['a']} vs {pair['b']}: [bold]{pair['verdict']}[/]. {pair['explanation']}")
     frameworks = comparison.get("frameworks") or {}
