@@ -250,3 +250,27 @@ def test_ray_fans_out_arms_times_streams_like_the_local_run(tmp_path: Path, smok
         # the same stream plays the same games with the same seeds on a Ray worker as locally
         assert [(r["game_id"], r["outcome"], r["steps"]) for r in got] == \
             [(r["game_id"], r["outcome"], r["steps"]) for r in want]
+
+
+def test_run_resume_refuses_a_sweep_planned_with_other_streams_before_training(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path, smoke_spec_path: Path,
+        run_dir: Path) -> None:
+    """`twinrun run --resume` with sweep.streams changed: one line, before any trainer starts or any file changes."""
+    import sys
+
+    from twinrun import cli
+    from twinrun.backends import registry
+
+    spec = load_spec(smoke_spec_path)
+    out = tmp_path / "arm"
+    sw.plan_sweep(spec, {"trl": run_dir}, out / "sweep", games=_games(4), split="valid_seen",
+                  executor_settings_hash="x", streams=2)
+    before = folder_bytes(out)
+    monkeypatch.setattr(registry, "trainer", lambda b: pytest.fail(f"the {b} trainer was reached"))
+    monkeypatch.setattr(sys, "argv", ["twinrun", "run", str(smoke_spec_path), "--out", str(out), "--resume",
+                                      "--set", "sweep.streams=3"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "--streams: 3, but" in err and "streams=2" in err
+    assert folder_bytes(out) == before
