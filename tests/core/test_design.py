@@ -97,10 +97,7 @@ def test_icc_estimators_by_hand() -> None:
     assert lo <= 0.5 <= hi
     # a cell with one stream carries nothing; with no cell of 2 streams there is no estimate
     assert d.stream_icc_counts([[(10, 3)]]).icc is None
-    cells = d.cells_from_arms([{"role": "baseline", "replicate": 1, "n_measured": 4, "success_rate": 0.0},
-                               {"role": "checkpoint", "run": "trl", "checkpoint": 2, "replicate": 0, "n_measured": 4,
-                                "success_rate": 0.5}], {"n_measured": 4, "success_rate": 1.0})
-    assert cells == {"baseline": [(0, 4, 4), (1, 4, 0)], "trl@2": [(0, 4, 2)]}
+
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def compare_cmd(
         # training dynamics: the runs the sweeps evaluated (their metrics.jsonl), plus any named with --metrics
         runs_metrics = {k: str(v) for k, v in metrics_for_sweeps(inputs).items()}
         runs_metrics.update(dict(_pairs(metrics, "--metrics", "LABEL=PATH", "trl=runs/trl/metrics.jsonl")))
-        report_path = write_report(result, out, metrics=runs_metrics, sweeps=inputs)
+        report_path = write_report(result, out, metrics=runs_metrics)
     if track:
         from twinrun.core.track_results import log_comparison, tracked_sweep
 

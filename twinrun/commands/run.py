@@ -102,7 +102,7 @@ def run(
     t0 = time.time()
     comparison = cmp.compare([sweep_dir], "baseline", cmp.CompareSettings())
     report_path = rep.write_report(comparison, out / "report", metrics={b: d / "metrics.jsonl" for b, d in run_dirs.items()},
-                                   title=f"twinrun: {spec.name}", notes=_executor_notes(spec), sweeps=[sweep_dir])
+                                   title=f"twinrun: {spec.name}", notes=_executor_notes(spec))
     if spec.tracking.backend != "none":
         log_comparison(comparison, out / "report", sweep_dir, log=say)
     timings["compare+report"] = time.time() - t0

@@ -105,6 +105,8 @@ def sweep_cmd(
         raise sw.SweepError(f"--replicates: {' '.join(replicates)!r} means --streams {aliased}, but --streams "
                             f"{streams} was given (fix: drop --replicates)")
     n_streams = streams if streams is not None else aliased  # None: the spec's sweep.streams
+    # another number of streams than the folder was planned with: refused before the folder's lock is written
+    sw.check_streams(out, spec.sweep.streams if n_streams is None else n_streams)
     if curator == "hf":
         def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
             return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)

@@ -104,7 +104,29 @@ def streams_sentence(result: Mapping[str, Any]) -> str:
 
 def _streams_section(result: Mapping[str, Any], h: str) -> list[str]:
     line = streams_sentence(result)
-    return [f"{h} Streams (the unit of evidence)", "", line, ""] if line else []
+    if not line:
+        return []
+    return [f"{h} Streams (the unit of evidence)", "", line, ""] + _stream_table(result)
+
+
+def _stream_table(result: Mapping[str, Any]) -> list[str]:
+    """Each (run, checkpoint) cell's streams: per-stream success rate, their mean, SD and range (``stream_arms``)."""
+    cells: dict[str, dict[int, float]] = {}
+    for a in result.get("stream_arms") or []:
+        if a.get("success_rate") is not None and a.get("role") == "checkpoint":
+            cells.setdefault(f"{a['run']}@{a['checkpoint']}", {})[int(a.get("stream") or 0)] = a["success_rate"]
+    if not any(len(v) > 1 for v in cells.values()):
+        return []
+    width = max(max(v) for v in cells.values()) + 1
+    rows = []
+    for cell, rates in cells.items():
+        vals = list(rates.values())
+        mean = sum(vals) / len(vals)
+        sd = (sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else None
+        rows.append([f"`{cell}`"] + [_pct(rates.get(r)) for r in range(width)]
+                    + [_pct(mean), _pct(sd), "–" if len(vals) < 2 else _pct(max(vals) - min(vals))])
+    return [_table(["cell"] + [f"stream {r} %" for r in range(width)]
+                   + ["mean %", "SD across streams (pp)", "range (pp)"], rows), ""]
 
 
 def _frameworks_section(result: Mapping[str, Any], h: str) -> list[str]:
@@ -211,66 +233,6 @@ def _arms_section(result: Mapping[str, Any], h: str) -> list[str]:
             "the hypotheses are (run, checkpoint) cells; a cell's streams are in `stream_arms` of compare.json.", ""]
 
 
-def stream_correlation(result: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The intra-stream correlation the report shows: the compare result's own ``streams`` block when it has one
-    (``icc``, ``icc_ci``, ``method``, optionally ``deff``, ``deff_ci``), else the one-way ANOVA ICC of the arms'
-    stream success counts (:func:`twinrun.core.compare.design.stream_icc_counts`) with its F interval and the
-    design effect at the sweep's games. None without replicate streams."""
-    given = result.get("streams")
-    if isinstance(given, Mapping) and given.get("icc") is not None:
-        return dict(given)
-    from twinrun.core.compare.design import cells_from_arms, design_effect, stream_icc_counts
-
-    cells = cells_from_arms(result.get("arms") or [], result.get("baseline"))
-    if not any(len(v) > 1 for v in cells.values()):
-        return None
-    est = stream_icc_counts([[(n, y) for _, n, y in v] for v in cells.values()], level=result["settings"]["level"])
-    if est.icc is None:
-        return None
-    m = int(result.get("n_games") or est.m0 or 1)
-    ci = [None if c is None else float(c) for c in est.ci]
-    return {"icc": est.icc, "icc_ci": ci, "method": est.method, "cells": est.cells, "streams": est.streams,
-            "deff": design_effect(m, est.icc), "deff_ci": [None if c is None else design_effect(m, c) for c in ci],
-            "games": m}
-
-
-def _streams_section(result: Mapping[str, Any], h: str) -> list[str]:
-    """Each cell's streams (per-stream success rate, their spread) and the stream correlation."""
-    from twinrun.core.compare.design import cells_from_arms
-
-    cells = cells_from_arms(result.get("arms") or [], result.get("baseline"))
-    if not any(len(v) > 1 for v in cells.values()):
-        return []
-    width = max(len(v) for v in cells.values())
-    rows = []
-    for cell, streams in sorted(cells.items(), key=lambda kv: (kv[0] != "baseline", kv[0])):
-        rates = {s: y / n for s, n, y in streams}
-        vals = list(rates.values())
-        sd = float(_stdev(vals)) if len(vals) > 1 else None
-        rows.append([f"`{cell}`"] + [_pct(rates.get(s)) for s in range(width)]
-                    + [_pct(sum(vals) / len(vals)), _pct(sd), "–" if len(vals) < 2 else _pct(max(vals) - min(vals))])
-    lines = [f"{h} Streams", "",
-             _table(["cell"] + [f"stream {s} %" for s in range(width)] + ["mean %", "SD across streams (pp)",
-                                                                          "range (pp)"], rows), ""]
-    corr = stream_correlation(result)
-    if corr is not None:
-        lvl = f"{100 * result['settings']['level']:.0f}%"
-        lines.append(
-            f"Stream correlation (intra-stream ICC): {_num(corr['icc'], 3)} {lvl} CI {_ci(corr.get('icc_ci'), lambda v: _num(v, 3))}"
-            + (f"; design effect at {corr['games']} games DEFF = 1 + (m − 1) ρ = {_num(corr['deff'])} "
-               f"{_ci(corr.get('deff_ci'), _num)}" if corr.get("deff") is not None and corr.get("games") else "")
-            + f" ({corr.get('method', '')}). A standard error that treats a stream's games as independent is too "
-            "small by √DEFF; more streams, not more games, shrink the stream part (docs/streams.md; "
-            "`twinrun design --pilot` plans from this sweep).")
-        lines.append("")
-    return lines
-
-
-def _stdev(vals: Sequence[float]) -> float:
-    mean = sum(vals) / len(vals)
-    return (sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5
-
-
 def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], title: str | None = None,
                       level: int = 1) -> str:
     """One sweep's (or one summary's) report text. `figures` maps a caption to a PNG path relative to the report."""
@@ -302,8 +264,7 @@ def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], tit
         lines += [f"{h} Figures", ""]
         for caption, rel in figures.items():
             lines += [f"![{caption}]({rel})", "", f"*{caption}*", ""]
-    lines += _runs_section(result, h) + _streams_section(result, h) + _families_section(result, h)
-    lines += _arms_section(result, h)
+    lines += _runs_section(result, h) + _families_section(result, h) + _arms_section(result, h)
     if result.get("flags"):
         lines += [f"{h} Flags", ""] + [f"- ⚠ {f}" for f in result["flags"]] + [""]
     if result.get("skipped"):
@@ -371,26 +332,17 @@ def _comparison_figures(result: Mapping[str, Any], figdir: Path, rel: str, prefi
 
 def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
                  metrics: Mapping[str, str | Path] | None = None, title: str | None = None,
-                 notes: Sequence[str] = (), sweeps: Sequence[str | Path] = ()) -> Path:
+                 notes: Sequence[str] = ()) -> Path:
     """Write `out_dir/report.md`, `out_dir/compare.json` and the figures under `out_dir/figures/`.
 
     result: a `compare` result dict or the path of a compare.json; metrics: label -> a run's metrics.jsonl for
     the training-dynamics figure (omitted when None or empty); notes: paragraphs shown under the title (e.g. what
-    a stand-in executor's numbers mean); sweeps: the sweep folder the result came from: when the result carries no
-    ``streams`` block of its own, the stream correlation is estimated from the folder's per-game outcomes (game
-    difficulty removed: :func:`twinrun.core.compare.design.stream_block`) and added to it. Returns the report path.
+    a stand-in executor's numbers mean). Returns the report path.
     """
     from twinrun.core import plots
 
     if isinstance(result, (str, Path)):
         result = json.loads(Path(result).read_text(encoding="utf-8"))
-    folders = [Path(p) for p in sweeps if Path(p).is_dir()]
-    if result.get("kind") != "transfer" and not result.get("streams") and len(folders) == 1:
-        from twinrun.core.compare.design import stream_block
-
-        block = stream_block(folders[0], result["settings"]["level"])
-        if block is not None:
-            result = {**result, "streams": block}
     out = Path(out_dir)
     figdir = out / "figures"
     present = {k: v for k, v in (metrics or {}).items() if Path(v).exists()}
@@ -485,10 +437,6 @@ def _print_comparison(console: Any, result: Mapping[str, Any]) -> None:
     for c in fw.get("comparisons") or []:
         if c.get("verdict"):
             console.print(f"[bold]framework {c['a']} vs {c['b']}: {c['verdict']}[/]\n  {c['explanation']}")
-    corr = stream_correlation(result)
-    if corr is not None:
-        console.print(f"[bold]stream correlation[/] {corr['icc']:.3f} CI [{_num(corr['icc_ci'][0], 3)}, "
-                      f"{_num(corr['icc_ci'][1], 3)}]" + (f", DEFF {corr['deff']:.2f}" if corr.get("deff") else ""))
     for fl in result["flags"]:
         console.print(f"[yellow]flag:[/] {fl}")
     for s in result["skipped"]:

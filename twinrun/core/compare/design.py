@@ -32,14 +32,15 @@ Cost: executor episodes = (checkpoints x runs + 1 baseline) x R x m.
 rho in [(F_L - 1) / (F_L + m0 - 1), (F_U - 1) / (F_U + m0 - 1)] (exact for normal outcomes, approximate for 0/1).
 Every stream of a sweep plays the same games, so a game's difficulty is shared by all streams: from per-game
 outcomes (:func:`stream_icc_games`) the game effect is removed first (two-way streams x games within each cell,
-residual as the within-stream error); from success counts alone (:func:`stream_icc_counts`) it cannot be, and
-game-difficulty variance inflates MSW: that estimate is biased low when games differ in difficulty.
+residual as the within-stream error; the same layout as :func:`twinrun.core.compare.streams.stream_icc`, which
+`compare` reports); from success counts alone (:func:`stream_icc_counts`) it cannot be, and game-difficulty
+variance inflates MSW: that estimate is biased low when games differ in difficulty.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -262,24 +263,6 @@ def stream_icc_games(cells: Sequence[np.ndarray], level: float = 0.95) -> Stream
                            "removed), F interval", used, streams)
 
 
-def cells_from_arms(arms: Sequence[Mapping[str, Any]], baseline: Mapping[str, Any] | None = None
-                    ) -> dict[str, list[tuple[int, int, int]]]:
-    """Group a compare result's arm rows into cells: "run@step" or "baseline" -> [(stream, measured, successes)],
-    stream = the arm's ``replicate``. `baseline`: the result's baseline block (stream 0 of the baseline cell)."""
-    out: dict[str, list[tuple[int, int, int]]] = {}
-
-    def add(cell: str, stream: int, n: int | None, rate: float | None) -> None:
-        if n and rate is not None:
-            out.setdefault(cell, []).append((stream, int(n), int(round(rate * n))))
-
-    if baseline is not None:
-        add("baseline", 0, baseline.get("n_measured"), baseline.get("success_rate"))
-    for a in arms:
-        cell = "baseline" if a.get("role") == "baseline" else f"{a.get('run')}@{a.get('checkpoint')}"
-        add(cell, int(a.get("replicate") or 0), a.get("n_measured"), a.get("success_rate"))
-    return {k: sorted(v) for k, v in out.items()}
-
-
 @dataclass
 class Pilot:
     """What a pilot sweep says for a design: its ICC, overall success rate and shape."""
@@ -313,20 +296,3 @@ def pilot_from_sweep(path: str | Path, level: float = 0.95) -> Pilot:
     return Pilot(icc=icc, rate=float(np.nanmean(y)), streams=streams, games=y.shape[1], checkpoints=per_run,
                  runs=max(len(runs), 1))
 
-
-def stream_block(path: str | Path, level: float = 0.95) -> dict[str, Any] | None:
-    """The stream correlation of a sweep folder as the report shows it (``icc``, ``icc_ci``, ``method``, ``deff``,
-    ``deff_ci`` at the sweep's games, ``games``, ``cells``, ``streams``): :func:`stream_icc_games` on its cells;
-    None when it plays one stream per arm or no cell allows an estimate."""
-    try:
-        pilot = pilot_from_sweep(path, level)
-    except CompareError:
-        return None
-    est = pilot.icc
-    if est.icc is None:
-        return None
-    ci = [None if c is None else float(c) for c in est.ci]
-    m = pilot.games
-    return {"icc": est.icc, "icc_ci": ci, "method": est.method, "cells": est.cells, "streams": est.streams,
-            "deff": design_effect(m, est.icc), "deff_ci": [None if c is None else design_effect(m, c) for c in ci],
-            "games": m, "source": "sweep folder (per-game outcomes)"}
