@@ -178,10 +178,10 @@ def _runs_section(result: Mapping[str, Any], h: str) -> list[str]:
             fvp_txt + (" **below peak**" if fvp.get("below_peak") else ""),
             ("–" if c.get("trend_per_step") is None else
              f"{100 * c['trend_per_step'] * 10:+.2f} {_ci([None if v is None else v * 10 for v in (c.get('trend_ci') or [None, None])])}"),
-            (f"F={c['checkpoint_effect']['statistic']:.1f}, df {c['checkpoint_effect']['df']}, "
+            (f"F={_num(c['checkpoint_effect']['statistic'], 1)}, df {c['checkpoint_effect']['df']}, "
              f"{c['checkpoint_effect']['df2']}, p {_p(c['checkpoint_effect']['p_value'])}" if c.get("checkpoint_effect")
              else "–" if not q else f"Q={q['statistic']:.1f}, df {q['df']}, p {_p(q['p_value'])}"),
-            _num(c.get("reliability")), "–" if not tt else f"{tt['r']:.2f} {_ci(tt['ci'], _num)}",
+            _num(c.get("reliability")), "–" if not tt else f"{_num(tt['r'])} {_ci(tt['ci'], _num)}",
         ])
     return [f"{h} Runs (curves over checkpoints)", "",
             _table(["run", "ckpts", "peak (lift)", "peak share", "crossings", "final − peak in-sample (pp)",
