@@ -139,8 +139,10 @@ def sweep_cmd(
 def _check_inputs(spec: object, out: Path, run_dirs: list[str], run_reps: dict) -> None:
     """Refusals that must come before the sweep folder is created (issue 30)."""
     from twinrun.core.preflight import check_replicate_steps, check_skills, check_sweep_out
+    from twinrun.core.run_lock import check_unlocked
 
     check_sweep_out(out)
+    check_unlocked(out)  # a folder another sweep is writing: say so first, whatever else is wrong with the command
     check_skills(spec)
     check_replicate_steps(run_dirs, run_reps)
 
