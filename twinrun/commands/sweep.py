@@ -148,12 +148,9 @@ def _check_inputs(spec: object, out: Path, run_dirs: list[str], run_reps: dict) 
 
 
 def _one_writer(out: Path) -> contextlib.AbstractContextManager[int]:
-    """The sweep folder's lock (core.run_lock), held while the sweep writes: a second sweep into it is refused in
-    one line naming the holder's pid; a holder that died left no lock. Before it, the checks whose refusal must
-    leave no file behind (a training run's folder as --out, a bad skills.human_skills folder)."""
-    from twinrun.core.preflight import check_sweep_out
-    from twinrun.core.run_lock import check_unlocked, folder_lock
+    """The sweep folder's lock (core.run_lock), held while the sweep writes. The read-only refusals (a training run's
+    folder as --out, a live writer) already ran in `_check_inputs`; `folder_lock` refuses a writer that started
+    since, in the same one line naming its pid."""
+    from twinrun.core.run_lock import folder_lock
 
-    check_sweep_out(out)
-    check_unlocked(out)
     return folder_lock(out)
