@@ -89,6 +89,23 @@ def weight_dtypes():
     return saved_weight_dtypes
 
 
+def _assert_checkpoints_at_master_dtype(out, summary) -> None:
+    """Every exported checkpoint of a run holds fp32 (master) weights and its config.json says float32 (issue 29)."""
+    import json
+
+    from twinrun.core.records import RunPaths
+
+    for step in summary["checkpoints"]:
+        ckpt = RunPaths(out).checkpoint(step)
+        assert saved_weight_dtypes(ckpt) == {"F32"}, (step, saved_weight_dtypes(ckpt))
+        assert json.loads((ckpt / "config.json").read_text())["dtype"] == "float32"
+
+
+@pytest.fixture
+def assert_checkpoints_at_master_dtype():
+    return _assert_checkpoints_at_master_dtype
+
+
 @pytest.fixture(scope="session")
 def forced_curator(cache_dir, tmp_path_factory):
     """``forced_curator(spec) -> folder``: the tiny Qwen3 whose turns are forced to valid curate calls

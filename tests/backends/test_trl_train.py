@@ -157,19 +157,14 @@ def test_resume_continues_from_the_last_complete_checkpoint(smoke, smoke_run, ca
 
 
 
-def test_checkpoints_hold_the_master_weights_dtype(smoke, smoke_run, weight_dtypes):
+def test_checkpoints_hold_the_master_weights_dtype(smoke, smoke_run, assert_checkpoints_at_master_dtype):
     """A checkpoint is saved at the precision it was trained in: fp32 master weights (plan's checkpoint_dtype row),
     whatever the compute dtype, and config.json says so (from_pretrained(dtype="auto") reads it)."""
-    import json
-
     from twinrun.backends.trl.compile import compile_spec
 
     out, summary = smoke_run
     assert compile_spec(smoke).knobs["checkpoint_dtype"].value == "fp32"
-    for step in summary["checkpoints"]:
-        ckpt = RunPaths(out).checkpoint(step)
-        assert weight_dtypes(ckpt) == {"F32"}, (step, weight_dtypes(ckpt))
-        assert json.loads((ckpt / "config.json").read_text())["dtype"] == "float32"
+    assert_checkpoints_at_master_dtype(out, summary)
 
 def test_wandb_offline_run_holds_the_metrics_and_the_console_shows_each_step(smoke, smoke_run, console):
     """Issue 18: the tracker gets metrics.jsonl's names and values (and TRL's own under trl/), in a run grouped by
