@@ -57,12 +57,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "experiments" / "smoke-cpu.yaml"
-# The check as measured in issue 17: the smoke arm's 2 replicate streams (issue 28) and its self-judge error (issue
-# 32) came later and are held at their earlier values here, so the check's numbers stay comparable; its verdict is
-# the training-side paired lift, which neither touches.
+# The check as measured in issue 17: the smoke arm's 2 replicate streams (issue 28), its self-judge error and its
+# content judge's body-length rule (issue 32) came later and are held at their earlier values here, so the check's
+# numbers stay comparable; its verdict is the training-side paired lift, which none of them touches.
 LEARNING_SETS = ["batch.rollouts_per_group=8", "optimizer.lr=5.0e-4", "optimizer.warmup_steps=3",
                  "sampling.temperature=0.7", "executor.expert_prob=0.2", "executor.skill_effect=0.8",
-                 "sweep.streams=1", "executor.self_judge_error=0"]
+                 "sweep.streams=1", "executor.self_judge_error=0", "judge.min_steps=2", "judge.min_body_words=0"]
 
 
 def step_rows(metrics: Path) -> list[dict]:

@@ -24,10 +24,11 @@ from twinrun.core.envs import EnvPool
 from twinrun.core.envs.alfworld import AlfWorldCatalog
 from twinrun.core.errors import InfrastructureError
 from twinrun.core.executors import Executor, OpenAIPolicy, ScriptedPolicy
-from twinrun.core.judges import RulesJudge
+from twinrun.core.judges import JudgeRequest, RulesJudge
 from twinrun.core.react import ExecutorPrompts
 from twinrun.core.records import JsonlWriter, read_jsonl
 from twinrun.core.rewards import whitespace_tokens
+from twinrun.core.skill_md import parse_skill_md
 from twinrun.core.skills import SkillRepo
 from twinrun.core.spec import RewardSpec, load_spec
 from twinrun.core.step_health import StepCounts, check_step_health
@@ -401,3 +402,33 @@ def test_the_smoke_arms_curator_reads_its_self_judge_not_the_label(repo_root, al
                                 provenance=provenance(spec_hash="x", run_id="r", backend="trl",
                                                       framework_version="0", seed=0))
     assert 0 < row.judge_agreement < 1
+
+
+@pytest.mark.alfworld
+def test_the_smoke_arms_content_judge_gives_the_warm_start_s_writes_both_verdicts(repo_root, alfworld_data):
+    """The smoke arm as written, with its own content judge (judge.min_body_words: 5, issue 32): the four bodies the
+    warm start teaches get both verdicts (one of them, "Check every receptacle.", is too short), so r_cnt is not 0
+    in every rollout as it was under the default rule (>= 2 list steps; every taught body has none). One real task
+    group whose turns write the taught writes (insert the short body, then two updates): r_cnt = (0 + 1 + 1) / 3."""
+    from twinrun.models.warmstart import SKILL_BODIES, _op_templates
+
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml")
+    assert spec.judge.kind == "rules" and spec.judge.min_body_words > 0
+    with CurationRuntime.from_spec(spec, environ={"ALFWORLD_DATA": str(alfworld_data)}, workers=0) as rt:
+        verdicts = []
+        for body in SKILL_BODIES:
+            content = f"---\nname: pick-tips\ndescription: pick and put tasks\n---\n{body}\n"
+            verdicts.append(rt.judge.judge(JudgeRequest(skill=parse_skill_md(content))).valid)
+        assert verdicts == [False, True, True, True]  # "Check every receptacle." has 3 words
+        group = rt.sampler.step_groups(0)[0]
+        s = rt.session(group, 0)
+        chi = s.start()
+        turns = [_op_templates(group.task_type)[1], _op_templates(group.task_type, exists=True)[2],
+                 _op_templates(group.task_type, exists=True)[4]]  # bodies 0 (short), 1, 3
+        for ops in turns:
+            assert chi is not None
+            chi = s.submit(format_curate_call(ops))
+        result = s.finish()
+    assert result.record.ops_applied == 3 and result.record.ops_invalid == 0
+    assert result.reward.r_cnt.value == pytest.approx(2 / 3)
+    assert result.reward.r_cnt.contribution == pytest.approx(spec.reward.lambda_cnt * 2 / 3)

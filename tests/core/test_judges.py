@@ -356,3 +356,39 @@ def test_the_rules_self_judge_is_wrong_on_its_stated_share_of_episodes():
     assert a != b  # the seed decides which episodes are judged wrong
     with pytest.raises(JudgeError, match="self_judge_error: 0.7"):
         RulesCorrectnessJudge(12, error=0.7)
+
+
+def test_min_body_words_judges_a_body_by_its_length_and_joins_the_settings_only_when_set() -> None:
+    """judge.min_body_words (the smoke arm's content rule, issue 32): a body under the minimum is INVALID with the
+    count in the reason, one at it is VALID; unset (0), the judge's settings hash and cache key are the ones the
+    judge had before the check existed, so no cached verdict or recorded hash of another spec moves."""
+    short = Skill("pick-tips", "pick and put tasks", "Check every receptacle.\n")
+    longer = Skill("pick-tips", "pick and put tasks", "Open drawers and look around.\n")
+    judge = RulesJudge(min_steps=0, min_body_words=5)
+    v = judge.judge(JudgeRequest(skill=short))
+    assert v.valid is False and "body says too little (3 words, fewer than 5)" in v.reason
+    assert judge.judge(JudgeRequest(skill=longer)).valid is True
+    assert RulesJudge(min_steps=0).judge(JudgeRequest(skill=short)).valid is True
+    assert RulesJudge().judge(JudgeRequest(skill=longer)).valid is False  # the default rule: 0 list-item steps
+    import hashlib
+    before = hashlib.sha256(b"rules-v1\x00" + json.dumps([2, 3, 8, 0.5]).encode() + b"\x00").hexdigest()[:16]
+    assert RulesJudge().settings().settings_hash == RulesJudge(min_body_words=0).settings().settings_hash == before
+    assert RulesJudge().settings().settings_hash != RulesJudge(min_body_words=5).settings().settings_hash
+    assert RulesJudge().cache_key(JudgeRequest(skill=short)) != RulesJudge(min_body_words=5).cache_key(
+        JudgeRequest(skill=short))
+
+
+def test_the_spec_s_rules_fields_reach_the_judge_and_other_kinds_refuse_them() -> None:
+    """make_judge hands judge.min_steps and judge.min_body_words to the rules judge (cut either and a verdict
+    below changes); an openai or disabled judge refuses them in one line naming the field and the fix."""
+    short = JudgeRequest(skill=Skill("pick-tips", "pick and put tasks", "Check every receptacle.\n"))
+    listed = JudgeRequest(skill=Skill("pick-tips", "pick and put tasks", "- Take the object and put it there.\n"))
+    assert make_judge(JudgeSpec(kind="rules", min_steps=0, min_body_words=5)).judge(short).valid is False
+    assert make_judge(JudgeSpec(kind="rules", min_steps=0, min_body_words=3)).judge(short).valid is True
+    assert make_judge(JudgeSpec(kind="rules", min_steps=1)).judge(listed).valid is True
+    assert make_judge(JudgeSpec(kind="rules")).judge(listed).valid is False
+    for kind in ("openai", "disabled"):
+        with pytest.raises(ValueError, match=rf"judge.min_body_words: 5 is a rules-judge check .* judge.kind={kind}"):
+            JudgeSpec(kind=kind, base_url="http://x/v1", model="m", min_body_words=5)
+        with pytest.raises(ValueError, match="judge.min_steps: 1 is a rules-judge check"):
+            JudgeSpec(kind=kind, base_url="http://x/v1", model="m", min_steps=1)

@@ -87,7 +87,10 @@ BAD = [
      "(fix: one of 'grpo', 'dr_grpo', 'rloo' or 'gigpo')"),
     ("sampling.top_k=0", "sampling.top_k: 0 must be >= 1 or null (fix: null turns top-k off)"),
     ("backends=[trl,trl]", "backends: ['trl', 'trl'] has a duplicate (fix: list each backend once)"),
-    ("judge.kind=disabled",
+    ("judge.kind=disabled",  # the smoke arm's rules-judge fields (issue 32) would do nothing
+     "judge.min_steps: 0 is a rules-judge check and has no effect with judge.kind=disabled "
+     "(fix: remove it, or use judge.kind: rules)"),
+    ("judge.kind=disabled|judge.min_steps=2|judge.min_body_words=0",
      "reward.lambda_cnt: 0.1 needs a judge but judge.kind=disabled "
      "(fix: set reward.lambda_cnt: null to disable r_cnt, or choose a judge)"),
     ("executor.kind=openai",

@@ -59,7 +59,7 @@ def make_judge(
     if spec.kind == "disabled":
         return None
     if spec.kind == "rules":
-        return RulesJudge(cache=cache)
+        return RulesJudge(min_steps=spec.min_steps, min_body_words=spec.min_body_words, cache=cache)
     if prompt is None:
         raise JudgeError("prompts.judge: null but judge.kind=openai (fix: name the content-judge prompt file)")
     return OpenAIJudge(

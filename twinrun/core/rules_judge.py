@@ -19,7 +19,8 @@ class RulesJudge:
     1. **frontmatter**: the SKILL.md re-parses to the same record, and the description is at least
        ``min_description_words`` words and not just the name.
     2. **actionable steps**: the body has at least ``min_steps`` list items (``- ``, ``* ``, ``+ ``, ``1. ``,
-       ``1) ``): a skill is a procedure, not a note.
+       ``1) ``): a skill is a procedure, not a note. With ``min_body_words``, the body also has at least that many
+       words (``judge.min_body_words``; the smoke arm's check, whose warm-started curator writes one-sentence bodies).
     3. **not a copy of the trajectory**: at most ``max_copied_share`` of the body's word ``ngram``-grams occur
        in the trajectory (when one is given): a skill generalises an episode, it does not paste it.
     """
@@ -33,14 +34,19 @@ class RulesJudge:
         min_description_words: int = 3,
         ngram: int = 8,
         max_copied_share: float = 0.5,
+        min_body_words: int = 0,
         cache: VerdictCache | None = None,
     ):
         self.min_steps = min_steps
         self.min_description_words = min_description_words
         self.ngram = ngram
         self.max_copied_share = max_copied_share
+        self.min_body_words = min_body_words
         self.cache = cache if cache is not None else VerdictCache()
-        self._params = json.dumps([min_steps, min_description_words, ngram, max_copied_share])
+        # min_body_words joins the key only when set, so the judge's settings hash (and every cached verdict) of a
+        # spec that does not use it is what it was before the check existed
+        params: list = [min_steps, min_description_words, ngram, max_copied_share]
+        self._params = json.dumps(params + [min_body_words] if min_body_words else params)
 
     def cache_key(self, request: JudgeRequest) -> str:
         return _sha256("rules-v1", self._params, request.skill.to_markdown(), request.trajectory)
@@ -71,6 +77,9 @@ class RulesJudge:
         steps = len(_STEP_RE.findall(skill.body))
         if steps < self.min_steps:
             failures.append(f"body has {steps} list-item steps, fewer than {self.min_steps}")
+        body_words = len(_WORD_RE.findall(skill.body))
+        if body_words < self.min_body_words:
+            failures.append(f"body says too little ({body_words} words, fewer than {self.min_body_words})")
         if request.trajectory:
             body = self._shingles(skill.body)
             if body:

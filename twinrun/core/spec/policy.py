@@ -197,6 +197,13 @@ class JudgeSpec(_Strict):
     )
     backoff_s: float = Field(1.0, ge=0.0, description="retry n waits backoff_s * 2^(n-1), +-25% jitter")
     backoff_max_s: float | None = Field(None, gt=0.0, description="the longest one wait; null = no cap")
+    min_steps: int = Field(
+        2, ge=0, description="rules judge: list-item steps (`- `, `1. `) a skill's body needs to be VALID",
+    )
+    min_body_words: int = Field(
+        0, ge=0, description="rules judge: words a skill's body needs to be VALID (0 = no minimum); the smoke arm "
+        "judges on this because its warm-started curator writes one-sentence bodies (experiments/smoke-cpu.yaml)",
+    )
 
     @model_validator(mode="after")
     def _needs_endpoint(self) -> JudgeSpec:
@@ -205,6 +212,11 @@ class JudgeSpec(_Strict):
         if self.kind != "openai" and self.thinking is not None:
             raise ValueError(f"judge.thinking: {self.thinking} has no effect with judge.kind={self.kind} "
                              "(fix: remove it, or use an openai judge)")
+        if self.kind != "rules":
+            for field, default in (("min_steps", 2), ("min_body_words", 0)):
+                if getattr(self, field) != default:
+                    raise ValueError(f"judge.{field}: {getattr(self, field)} is a rules-judge check and has no effect "
+                                     f"with judge.kind={self.kind} (fix: remove it, or use judge.kind: rules)")
         if self.backoff_max_s is not None and self.backoff_max_s < self.backoff_s:
             raise ValueError(f"judge.backoff_max_s: {self.backoff_max_s} is below backoff_s={self.backoff_s} "
                              "(fix: a cap at least the first wait, or null for no cap)")
