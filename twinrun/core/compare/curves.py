@@ -5,7 +5,8 @@ band, the success-rate interaction, the games and streams that would decide).
 A curve's `boot[R, K]` holds draws of its lifts under the comparison's noise model: with replicate streams,
 parametric draws of the cell means from the between-stream variance (:mod:`.streams`); with one stream, the paired
 bootstrap over games (conditional on the stream), widened by sqrt(DEFF) where the user states the intra-stream
-correlation. Everything read from `boot` (CIs, argmax, trend, r) inherits the model."""
+correlation. Everything read from `boot` (argmax, trend, r; the lift CIs with one stream) inherits the model; with
+streams the lift CIs are the Welch t intervals of the per-arm test (games.py)."""
 
 from __future__ import annotations
 
@@ -44,10 +45,12 @@ PerRun = Callable[[np.ndarray], dict[str, Any]]  # arm indices of a run (step or
 def run_curves(arms: list[ArmInfo], lift: np.ndarray, boot_lift: np.ndarray, settings: CompareSettings,
                rng: np.random.Generator, *, adj_holm: np.ndarray, per_run: PerRun,
                models: dict[str, st.CellModel] | None = None,
-               streams: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, Curve]]:
+               streams: np.ndarray | None = None,
+               lift_ci: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, Any], dict[str, Curve]]:
     """Per-run curve statistics. arms: one per (run, checkpoint) cell; lift[A], boot_lift[R, A] over them;
     per_run(jj) adds the run's model-specific entries (final vs peak, checkpoint effect, test-retest); models:
-    run -> its CellModel (stream mode, cells in step order); streams[A]: streams per cell."""
+    run -> its CellModel (stream mode, cells in step order); streams[A]: streams per cell; lift_ci: the arms'
+    lift intervals (lo[A], hi[A]) where the caller has them from its test (streams), else percentiles of boot."""
     runs: dict[str, Any] = {}
     curves: dict[str, Curve] = {}
     run_names = sorted({a.run for a in arms if a.role == "checkpoint" and a.run is not None})
@@ -64,7 +67,7 @@ def run_curves(arms: list[ArmInfo], lift: np.ndarray, boot_lift: np.ndarray, set
         k = len(jj)
         peak = int(np.argmax(L))
         share = cs.argmax_distribution(B, rng)
-        lo, hi = cs.percentile_ci(B, settings.level)
+        lo, hi = (lift_ci[0][jj], lift_ci[1][jj]) if lift_ci is not None else cs.percentile_ci(B, settings.level)
         slope = float(cs.linear_slope(steps, L)) if k >= 2 else None
         slope_boot = cs.linear_slope(steps, B) if k >= 2 else None
         rel = shape.reliability(L, B)
