@@ -141,8 +141,9 @@ def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
             "tool": CURATE_TOOL,
             "environment": spec.environment.model_dump(mode="json", exclude={"workers"}),
             # where the endpoint listens (a test server's port) is not what it is: the model name says that
+            # self_judge_error is left out: transcripts are recorded without it (see record_transcripts)
             "executor": spec.executor.model_dump(mode="json", exclude={"concurrency", "timeout_s", "retries", "base_url",
-                                                                       "api_key_env"}),
+                                                                       "api_key_env", "self_judge_error"}),
             "retrieval": spec.retrieval.model_dump(mode="json"),
             "skills": spec.skills.model_dump(mode="json"),
             "seed": spec.seed,
@@ -280,6 +281,12 @@ def record_transcripts(
     from twinrun.core.rewards import token_counter
 
     tok = AutoTokenizer.from_pretrained(base)
+    # the sessions are played with the scripted self-judge's error off: the warm start teaches the call format, and
+    # a seeded share of flipped Result words changed what it was taught without changing what it should learn (with
+    # the smoke arm's self_judge_error 0.2 its held-out parse rate fell from 92% to 69%, and in the demo's first
+    # TRL run no curator call was valid). The RL rollouts read the spec's judged signal as before.
+    if getattr(spec.executor, "self_judge_error", 0):
+        spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"self_judge_error": 0.0})})
     runtime = CurationRuntime.from_spec(spec, data_root=data_root, environ=environ, count_tokens=token_counter(tok),
                                         judge=None)
     needed = settings.transcripts + settings.probe_transcripts
