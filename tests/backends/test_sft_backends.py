@@ -66,12 +66,19 @@ def _metrics(path):
 
 @pytest.mark.parametrize("backend", ["trl", "verl"])
 def test_each_epoch_writes_hf_checkpoint_and_neutral_metrics(runs, backend):
+    import json
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from twinrun.models.checkpoint_dtype import weights_dtype
 
     plan = runs["prepared"].plan
     res = runs[backend]
     assert res["steps"] == plan.schedule.total_steps == 6
     assert [Path(c).name for c in res["checkpoints"]] == ["step-000002", "step-000004", "step-000006"]  # per epoch
+    for c in res["checkpoints"]:  # config.json says what the tensors are: verl's said bfloat16 beside fp32 weights,
+        # so eval-agent loaded them as bf16 (and on a CPU without AVX-512 could not generate at all)
+        assert json.loads((Path(c) / "config.json").read_text())["dtype"] == weights_dtype(c) == "float32", c
     ck = res["checkpoints"][0]
     model = AutoModelForCausalLM.from_pretrained(ck)
     tok = AutoTokenizer.from_pretrained(ck)
@@ -144,8 +151,13 @@ def test_epoch_checkpoints_of_both_runs_make_the_study_table(runs, cache_dir):
     assert rows == [("base", "base")] + [(f"sft-sciworld-qwen3-1.7b ({b})", f"epoch {e}")
                                          for b in ("trl", "verl") for e in (1, 2, 3)]
     for a in summary["arms"]:
-        assert len(a["success"]["per_pass"]) == 2 and a["literal_copy_share"]["mean"] is not None
-        assert a["noise"] in ("best", "≈ best", "below")
+        # whether the tiny models' 8-token replies parse as actions depends on the tokens they sample (other CPU
+        # kernels, other tokens: under ATEN_CPU_CAPABILITY=default an arm parsed none, issue 34): the share is
+        # defined exactly when a reply was counted
+        share = a["literal_copy_share"]["mean"]
+        assert len(a["success"]["per_pass"]) == 2
+        assert (share is None) == (a["replies"] == 0) and (share is None or 0.0 <= share <= 1.0), a
+        assert a.get("noise") in ("best", "≈ best", "below"), a
     for col in ("method", "epoch/round", "success %", "Avg@1", "copy % (open/close OBJ)", "any-template %", "vs best"):
         assert col in summary["table"]
     assert "epoch 3" in res.output and "sft-sciworld-qwen3-1.7b (verl)" in res.output

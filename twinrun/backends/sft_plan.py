@@ -491,7 +491,8 @@ _NOT_HF = ("optimizer.pt", "scheduler.pt", "training_args.bin", "trainer_state.j
 
 def export_hf_checkpoint(src: Any, dst: Any, tokenizer: Any) -> Any:
     """Copy a framework's HF-format weights into ``dst`` (``checkpoints/step-NNNNNN``) atomically, with the
-    tokenizer, leaving optimizer/RNG state behind. Loadable with ``AutoModelForCausalLM.from_pretrained``."""
+    tokenizer, leaving optimizer/RNG state behind. Loadable with ``AutoModelForCausalLM.from_pretrained``; its
+    config.json's ``dtype`` is the saved tensors' (models/checkpoint_dtype.py)."""
     import shutil
     from pathlib import Path
 
@@ -505,6 +506,9 @@ def export_hf_checkpoint(src: Any, dst: Any, tokenizer: Any) -> Any:
             if f.is_file() and f.name not in _NOT_HF and not f.name.startswith("rng_state"):
                 shutil.copy2(f, tmp / f.name)
         tokenizer.save_pretrained(tmp)
+        from twinrun.models.checkpoint_dtype import record_weights_dtype
+
+        record_weights_dtype(tmp)  # verl's huggingface folder says bfloat16 beside fp32 weights
     return dst
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.records import atomic_write_json, publishing_dir
+from twinrun.models.checkpoint_dtype import record_weights_dtype
 
 COMPLETE = ".complete"
 
@@ -67,34 +68,12 @@ def merge_to_hf(actor_dir: str | Path, target: str | Path, *, global_step: int, 
         merger = _master_precision_merger(config)
         merger.merge_and_save()
         merger.cleanup()
-        _record_weights_dtype(tmp)
+        record_weights_dtype(tmp)  # verl writes its bf16 skeleton's dtype in config.json
         meta = {"global_step": int(global_step), "source": str(actor_dir), "merged_by": "verl.model_merger (fsdp)"}
         meta.update(extra or {})
         atomic_write_json(tmp / "twinrun_checkpoint.json", meta)
         (tmp / COMPLETE).write_text(json.dumps(meta, sort_keys=True) + "\n")
     return target
-
-
-def _record_weights_dtype(folder: Path) -> None:
-    """config.json's ``dtype`` says what the saved tensors are: verl writes its bf16 skeleton's dtype there, and
-    ``from_pretrained(dtype="auto")`` would load fp32 weights as bf16."""
-    from safetensors import safe_open
-
-    tensors = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(f), framework="pt") as sf:
-            tensors.update({k: sf.get_slice(k) for k in sf.keys()})
-    dtypes = {_SAFETENSORS_DTYPE.get(t.get_dtype(), t.get_dtype()) for t in tensors.values()} - _NOT_FLOAT
-    if len(dtypes) != 1:
-        raise ValueError(f"checkpoint: {folder} holds mixed floating dtypes {sorted(dtypes)}")
-    cfg_path = folder / "config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["dtype"] = dtypes.pop()
-    atomic_write_json(cfg_path, cfg)
-
-
-_SAFETENSORS_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
-_NOT_FLOAT = {"I64", "I32", "I16", "I8", "U8", "BOOL"}
 
 
 def is_complete(checkpoint: str | Path) -> bool:
