@@ -73,15 +73,10 @@ def per_position_rows_check():
 def saved_weight_dtypes(checkpoint: Path) -> set[str]:
     """The floating dtypes of a checkpoint's saved tensors as safetensors records them ("F32", "BF16"), read from
     the files (not from config.json, which says what the writer believed)."""
-    from safetensors import safe_open
+    from twinrun.models.checkpoint_dtype import saved_floating_dtypes
 
-    files = sorted(Path(checkpoint).glob("*.safetensors"))
-    assert files, f"{checkpoint} holds no safetensors file"
-    dtypes: set[str] = set()
-    for f in files:
-        with safe_open(str(f), framework="pt") as sf:
-            dtypes |= {sf.get_slice(k).get_dtype() for k in sf.keys()}
-    return dtypes - {"I64", "I32", "I16", "I8", "U8", "BOOL"}
+    assert sorted(Path(checkpoint).glob("*.safetensors")), f"{checkpoint} holds no safetensors file"
+    return saved_floating_dtypes(checkpoint)
 
 
 @pytest.fixture

@@ -18,16 +18,21 @@ _SAFETENSORS_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F
 _NOT_FLOAT = {"I64", "I32", "I16", "I8", "U8", "BOOL"}
 
 
-def weights_dtype(folder: str | Path) -> str:
-    """The one floating dtype of the ``*.safetensors`` tensors in ``folder`` (torch's name, e.g. float32)."""
+def saved_floating_dtypes(folder: str | Path) -> set[str]:
+    """The floating dtypes of the ``*.safetensors`` tensors in ``folder`` as safetensors records them ("F32",
+    "BF16"), read from the files (not from config.json, which says what the writer believed)."""
     from safetensors import safe_open
 
-    folder = Path(folder)
     dtypes: set[str] = set()
-    for f in sorted(folder.glob("*.safetensors")):
+    for f in sorted(Path(folder).glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as sf:
             dtypes.update(sf.get_slice(k).get_dtype() for k in sf.keys())
-    floating = {_SAFETENSORS_DTYPE.get(d, d) for d in dtypes - _NOT_FLOAT}
+    return dtypes - _NOT_FLOAT
+
+
+def weights_dtype(folder: str | Path) -> str:
+    """The one floating dtype of the ``*.safetensors`` tensors in ``folder`` (torch's name, e.g. float32)."""
+    floating = {_SAFETENSORS_DTYPE.get(d, d) for d in saved_floating_dtypes(folder)}
     if len(floating) != 1:
         raise ValueError(f"checkpoint: {folder} holds floating dtypes {sorted(floating)}, not one "
                          "(fix: save the checkpoint at one precision)")
@@ -36,12 +41,9 @@ def weights_dtype(folder: str | Path) -> str:
 
 def record_weights_dtype(folder: str | Path) -> str:
     """Set config.json's ``dtype`` to the saved tensors' dtype; returns it."""
-    folder = Path(folder)
-    dtype = weights_dtype(folder)
-    cfg_path = folder / "config.json"
+    cfg_path = Path(folder) / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    if cfg.get("dtype") != dtype or "torch_dtype" in cfg:
-        cfg.pop("torch_dtype", None)  # the older name, which from_pretrained also reads
-        cfg["dtype"] = dtype
-        atomic_write_json(cfg_path, cfg)
+    cfg.pop("torch_dtype", None)  # the older name, which from_pretrained also reads
+    cfg["dtype"] = dtype = weights_dtype(folder)
+    atomic_write_json(cfg_path, cfg)
     return dtype

@@ -285,7 +285,7 @@ def record_transcripts(
     # a seeded share of flipped Result words changed what it was taught without changing what it should learn (with
     # the smoke arm's self_judge_error 0.2 its held-out parse rate fell from 92% to 69%, and in the demo's first
     # TRL run no curator call was valid). The RL rollouts read the spec's judged signal as before.
-    if getattr(spec.executor, "self_judge_error", 0):
+    if spec.executor.self_judge_error:
         spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"self_judge_error": 0.0})})
     runtime = CurationRuntime.from_spec(spec, data_root=data_root, environ=environ, count_tokens=token_counter(tok),
                                         judge=None)

@@ -163,11 +163,12 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
                     f"{stated:g} (DEFF {deff_stated:.2f})")
             ci_method = "paired bootstrap over games plus draws of the stated stream variance"
             mde_method = "normal power at the family's per-arm level, the stated stream variance included"
-    lo, hi = cs.percentile_ci(boot, settings.level)
-    if stream_mode:
+    if stream_mode:  # the Welch test's own interval (see ci_method above)
         with np.errstate(invalid="ignore"):
             half = stats.t.ppf(1 - (1 - settings.level) / 2, dfs) * se
         lo, hi = lift - half, lift + half
+    else:
+        lo, hi = cs.percentile_ci(boot, settings.level)
     adj = cs.adjust_pvalues(pvals, fams)
 
     base_mask = ~np.isnan(bpool)

@@ -213,8 +213,8 @@ class JudgeSpec(_Strict):
             raise ValueError(f"judge.thinking: {self.thinking} has no effect with judge.kind={self.kind} "
                              "(fix: remove it, or use an openai judge)")
         if self.kind != "rules":
-            for field, default in (("min_steps", 2), ("min_body_words", 0)):
-                if getattr(self, field) != default:
+            for field in ("min_steps", "min_body_words"):
+                if getattr(self, field) != type(self).model_fields[field].default:
                     raise ValueError(f"judge.{field}: {getattr(self, field)} is a rules-judge check and has no effect "
                                      f"with judge.kind={self.kind} (fix: remove it, or use judge.kind: rules)")
         if self.backoff_max_s is not None and self.backoff_max_s < self.backoff_s:
