@@ -4,7 +4,7 @@
 writes its bf16 model skeleton's dtype there whatever the saved tensors are, so fp32 weights would be evaluated as
 bf16: a verl checkpoint swept at another precision than TRL's, and on a CPU without AVX-512 no generation at all
 (torch's bf16 matmul packing, ``pack_vnni2``, needs AVX-512: every episode unmeasured). Both the RL merge
-(backends/verl/checkpoints.py) and the SFT export (backends/sft_plan.py) call :func:`record_weights_dtype`.
+(backends/verl/checkpoints.py) and the SFT export (backends/sft_checkpoints.py) call :func:`record_weights_dtype`.
 """
 
 from __future__ import annotations
