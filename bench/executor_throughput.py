@@ -24,7 +24,7 @@ from pathlib import Path
 
 from twinrun.core.envs import GameRef, Observation, Step
 from twinrun.core.executors import Executor, OpenAIPolicy
-from twinrun.core.react import ExecutorPrompts, PromptTemplate
+from twinrun.core.executors.react import ExecutorPrompts, PromptTemplate
 
 ANSWER = "<think>the kettle is on the stove</think>\n<action>look</action>"
 PROMPTS = Path(__file__).resolve().parents[1] / "experiments" / "prompts"

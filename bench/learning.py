@@ -3,7 +3,7 @@
 Trains the smoke arm (experiments/smoke-cpu.yaml: the tiny warm-started curator, the skill-sensitive scripted
 stand-in executor) under TRL and verl for `--steps` steps with the learning settings below, sweeps every
 `--every`-th checkpoint on the held-out games with a same-sweep baseline, replays every scored position of every
-training rollout without skills under the rollout's own executor seed (twinrun.core.skill_lift), and prints:
+training rollout without skills under the rollout's own executor seed (twinrun.core.sweeps.skill_lift), and prints:
 
 * per step and backend: r_task (success rate over positions 2..|G| of the step's curation rollouts) and the
   total reward;
@@ -157,7 +157,7 @@ def sweep_warm_start(a: argparse.Namespace, spec: Any, backends: list[str]) -> t
     import shutil
 
     from twinrun.commands._common import cache_dir
-    from twinrun.core import sweep as sw
+    from twinrun.core.sweeps import sweep as sw
     from twinrun.core.records import RunPaths
     from twinrun.models.curator_policy import hf_policy_factory
     from twinrun.models.warmstart import resolve_curator_model
@@ -187,10 +187,10 @@ def sweep_warm_start(a: argparse.Namespace, spec: Any, backends: list[str]) -> t
 
 def paired_lifts(a: argparse.Namespace, spec: Any, backends: list[str], summary: dict) -> bool:
     """The check's verdict: per backend, the rise of the paired skill lift (r_task minus the same games replayed
-    without skills under the same executor seeds, twinrun.core.skill_lift). True when every backend rises beyond
+    without skills under the same executor seeds, twinrun.core.sweeps.skill_lift). True when every backend rises beyond
     noise and the replay reproduced every position that retrieved no skill."""
     from twinrun.core.records import read_jsonl
-    from twinrun.core.skill_lift import lift_by_step, replay_without_skills, scored_positions, seed_check
+    from twinrun.core.sweeps.skill_lift import lift_by_step, replay_without_skills, scored_positions, seed_check
     positions = {b: scored_positions(read_jsonl(a.out / "runs" / b / "rollouts.jsonl")) for b in backends}
     keys = {p.key for ps in positions.values() for p in ps}  # the backends share groups and seeds: replayed once
     replay = replay_without_skills(spec, keys, environ=dict(os.environ), cache=a.out / "no_skill_replay.json",

@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from twinrun.core.retrieval import skill_document, tokenize
-from twinrun.core.skills import Skill, SkillRepo
+from twinrun.core.skills.retrieval import skill_document, tokenize
+from twinrun.core.skills.repository import Skill, SkillRepo
 
 ALFWORLD_WORDS = (
     "apple egg mug cup plate bowl knife fork spoon pan pot kettle lettuce tomato potato bread book pen pencil "

@@ -108,7 +108,7 @@ def rollout_spans(rec: dict) -> list[tuple[float, float]]:
 
 
 def step_rows(run: Path, latency: float, c: int, call_ends: list[float], barrier: bool) -> list[dict]:
-    from twinrun.core.in_flight import episode_intervals, executor_losses, ideal_executor_s
+    from twinrun.core.advantages.in_flight import episode_intervals, executor_losses, ideal_executor_s
     from twinrun.core.records import RunPaths, read_jsonl
 
     paths = RunPaths(run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from twinrun.cliutil import cache_dir
+from twinrun.commands._common import cache_dir
 
 
 def test_a_relative_cache_folder_is_made_absolute(monkeypatch, tmp_path):
@@ -37,7 +37,7 @@ def test_a_local_model_folder_reaches_children_absolute(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from twinrun.models import resolve_model
-    from twinrun.warmstart import resolve_curator_model
+    from twinrun.models.warmstart import resolve_curator_model
 
     (tmp_path / "models" / "my-curator").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
@@ -50,7 +50,7 @@ def test_a_local_model_folder_reaches_children_absolute(monkeypatch, tmp_path):
 def test_the_cli_spec_names_local_model_folders_absolutely(monkeypatch, tmp_path, smoke_spec_path):
     """Every model field the CLI reads (curator, SFT, an hf executor) that is a relative local folder is made
     absolute before any backend sees the spec; hub ids and the spec's prompts are as written / absolute."""
-    from twinrun.cliutil import spec_from_cli
+    from twinrun.commands._common import spec_from_cli
 
     (tmp_path / "m" / "cur").mkdir(parents=True)
     (tmp_path / "m" / "ex").mkdir()

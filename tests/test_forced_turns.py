@@ -14,9 +14,9 @@ pytestmark = pytest.mark.sampling
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from twinrun.core.skills import SkillRepo  # noqa: E402
+from twinrun.core.skills.repository import SkillRepo  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
-from twinrun.core.toolcalls import parse_curator_turn  # noqa: E402
+from twinrun.core.curation.toolcalls import parse_curator_turn  # noqa: E402
 from twinrun.testing.forced_turns import (  # noqa: E402
     curate_turns,
     forced_curator_folder,

@@ -2,8 +2,7 @@
 
 Checked two ways: on the source (every import statement, lazy ones inside functions included, and every string
 that names a module, as plugin targets and ``importlib.import_module`` arguments do), and by importing every core
-and models module in a fresh interpreter and looking at what came with it. The old top-level paths
-(``twinrun.plan``, ``twinrun.warmstart``, ...) are aliases of the moved modules and count as the layer they moved to.
+and models module in a fresh interpreter and looking at what came with it.
 """
 
 from __future__ import annotations
@@ -20,15 +19,9 @@ import pytest
 LAYER_OF = {
     "twinrun.core": "core",
     "twinrun.models": "models",
-    "twinrun.warmstart": "models",
     "twinrun.backends": "backends",
-    "twinrun.sft_plan": "backends",
     "twinrun.app": "app",
-    "twinrun.plan": "app",
-    "twinrun.rose": "app",
-    "twinrun.parity": "app",
     "twinrun.commands": "cli",
-    "twinrun.cliutil": "cli",
     "twinrun.cli": "cli",
 }
 ORDER = ["core", "models", "backends", "app", "cli"]
@@ -111,15 +104,69 @@ def load(pkg):
 def above(prefixes):
     return sorted(m for m in sys.modules if m.split('.')[:2] in prefixes)
 load(core)
-print(above([['twinrun', p] for p in ('models', 'warmstart', 'backends', 'sft_plan', 'app', 'plan', 'rose',
-                                      'parity', 'commands', 'cliutil', 'cli')]))
+print(above([['twinrun', p] for p in ('models', 'backends', 'app', 'commands', 'cli')]))
 import twinrun.models as models
 load(models)
-print(above([['twinrun', p] for p in ('backends', 'sft_plan', 'app', 'plan', 'rose', 'parity', 'commands',
-                                      'cliutil', 'cli')]))
+print(above([['twinrun', p] for p in ('backends', 'app', 'commands', 'cli')]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     core_above, models_above = out.stdout.strip().splitlines()
     assert core_above == "[]", f"importing core loaded {core_above}"
     assert models_above == "[]", f"importing models loaded {models_above}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Inside core: concept packages in an order (docs/layout.md)
+
+CONCEPTS = ["errors", "spec", "records", "envs", "executors", "skills", "rewards", "advantages", "curation", "sweeps",
+            "compare", "sft"]
+
+
+def _concept(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["twinrun", "core"] else None
+
+
+def upward_concept_imports(root: Path) -> list[str]:
+    """``path:line imports NAME (CONCEPT)`` for every import, in a core concept package, of a concept after it."""
+    bad = []
+    for path in sorted((root / "twinrun" / "core").rglob("*.py")):
+        rel = path.relative_to(root / "twinrun" / "core")
+        if len(rel.parts) == 1 and rel.name == "__init__.py":
+            continue  # core's own docstring
+        own = rel.parts[0].removesuffix(".py")
+        for line, name in imported_modules(path.read_text(encoding="utf-8")):
+            target = _concept(name)
+            if target in CONCEPTS and CONCEPTS.index(target) > CONCEPTS.index(own):
+                bad.append(f"{path.relative_to(root)}:{line} imports {name} ({target} comes after {own})")
+    return bad
+
+
+def test_core_holds_exactly_the_concept_packages(repo_root: Path) -> None:
+    entries = sorted(p.name.removesuffix(".py") for p in (repo_root / "twinrun" / "core").iterdir()
+                     if p.name != "__init__.py" and not p.name.startswith((".", "__pycache__")))
+    assert entries == sorted(CONCEPTS), "twinrun/core holds other entries than its concepts (docs/layout.md)"
+    assert len(entries) <= 12
+
+
+def test_no_concept_imports_a_concept_after_it(repo_root: Path) -> None:
+    bad = upward_concept_imports(repo_root)
+    assert not bad, "core concepts import upwards (move the piece down, or pass it in):\n" + "\n".join(bad)
+
+
+def test_the_concept_check_sees_an_upward_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "twinrun" / "core" / "records"
+    pkg.mkdir(parents=True)
+    (pkg / "files.py").write_text("def f():\n    from twinrun.core.sweeps.plan import SweepPlan\n")
+    assert "twinrun/core/records/files.py:2 imports twinrun.core.sweeps.plan (sweeps comes after records)" in \
+        upward_concept_imports(tmp_path)
+    (pkg / "files.py").write_text("from twinrun.core.spec import load_spec\n")
+    assert upward_concept_imports(tmp_path) == []
+
+
+def test_no_module_is_an_alias_of_another(repo_root: Path) -> None:
+    """An old import path kept alive by ``sys.modules[__name__] = ...`` hides where a thing lives: none is kept."""
+    aliases = [str(p.relative_to(repo_root)) for p in (repo_root / "twinrun").rglob("*.py")
+               if "sys.modules[__name__]" in p.read_text(encoding="utf-8")]
+    assert not aliases

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from twinrun.parity.run import DEFAULT_TOL, compare
+from twinrun.app.parity.run import DEFAULT_TOL, compare
 
 NAMES = ("model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight")
 

@@ -53,7 +53,7 @@ def _pytest_without_games(repo_root: Path, tmp_path: Path, ci: bool) -> subproce
     env["ALFWORLD_DATA"] = str(tmp_path / "no-games")
     if ci:
         env["CI"] = "true"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/core/test_sweep.py",
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/core/sweeps/test_sweep.py",
                            "-k", "stratified or resume_noop"], cwd=repo_root, env=env, capture_output=True, text=True,
                           timeout=300)
 

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
-from twinrun.warmstart import (
+from twinrun.models.warmstart import (
     FINAL_REPLY,
     Transcript,
     WarmStartSettings,
@@ -44,7 +44,7 @@ def test_conversations_look_like_a_curation_rollout():
 def test_per_position_conversations_are_the_rows_a_per_position_rollout_trains():
     """Issue 17: a per_position curator's prompt at position i is [system, chi_i] (history 0), never a tool result;
     a warm start that taught the accumulated shape left 70% of its RL turns without a parseable call."""
-    from twinrun.core.context_shape import position_messages
+    from twinrun.core.curation.context_shape import position_messages
 
     convs = build_conversations(_transcripts(), "SYSTEM", WarmStartSettings(conversations=2), context="per_position")
     assert len(convs) == 6  # 2 conversations x |G| positions
@@ -103,8 +103,8 @@ def test_a_taught_per_position_turn_follows_exactly_the_prompt_the_backends_rend
     from transformers import AutoTokenizer
     from trl.chat_template_utils import get_training_chat_template
 
-    from twinrun.core.context_shape import prompt_token_ids
-    from twinrun.core.toolcalls import CURATE_TOOL
+    from twinrun.core.curation.context_shape import prompt_token_ids
+    from twinrun.core.curation.toolcalls import CURATE_TOOL
 
     tok = AutoTokenizer.from_pretrained(tiny)
     for history in (0, 1):
@@ -139,7 +139,7 @@ def test_warm_start_key_ignores_where_the_executor_listens_not_what_it_is(tmp_pa
     from pathlib import Path
 
     from twinrun.core.spec import load_spec
-    from twinrun.warmstart import warm_start_key
+    from twinrun.models.warmstart import warm_start_key
 
     arm = Path(__file__).resolve().parents[1] / "experiments" / "smoke-cpu.yaml"
     openai = ["executor.kind=openai", "executor.skill_effect=0", "executor.self_judge_error=0", "executor.model=m",
@@ -158,8 +158,8 @@ def test_warm_start_inserts_vary_in_relevance_under_the_stand_in_rule():
     """Issue 17: the inserts the warm start teaches differ in what the skill-sensitive scripted executor gets from
     them, for each demo task type, so the curator's first samples differ in reward."""
     from twinrun.core.executors.skill_effect import relevance
-    from twinrun.core.skills import parse_skill_md, render_for_prompt
-    from twinrun.warmstart import _op_templates
+    from twinrun.core.skills.repository import parse_skill_md, render_for_prompt
+    from twinrun.models.warmstart import _op_templates
 
     for task_type in ("pick", "look"):
         scores = []
@@ -179,10 +179,10 @@ def test_the_self_judge_s_error_changes_neither_the_warm_start_nor_what_it_is_ta
     arm's seeded 20% of flipped Result words in its transcripts, its held-out parse rate fell from 92% to 69% and in
     the demo's TRL run no curator call was valid. A spec that differs only in executor.self_judge_error has the
     same key, and its recorded curator inputs are the error-free ones, word for word, while the RL rollouts' own
-    inputs do read the flipped words (tests/core/test_curation.py)."""
+    inputs do read the flipped words (tests/core/curation/test_curation.py)."""
     from twinrun.core.spec import load_spec
     from twinrun.models.tiny import build_tiny_qwen3
-    from twinrun.warmstart import record_transcripts, warm_start_key
+    from twinrun.models.warmstart import record_transcripts, warm_start_key
 
     spec = load_spec(smoke_spec_path)
     assert spec.executor.self_judge_error > 0
@@ -203,9 +203,9 @@ def test_warm_start_inserts_reach_the_executor_of_their_own_type(alfworld_data, 
     import random
 
     from twinrun.core.envs.alfworld import AlfWorldCatalog, AlfWorldEnv
-    from twinrun.core.skills import SkillRepo
+    from twinrun.core.skills.repository import SkillRepo
     from twinrun.core.spec import load_spec
-    from twinrun.warmstart import _op_templates
+    from twinrun.models.warmstart import _op_templates
 
     spec = load_spec(smoke_spec_path)
     cat, env = AlfWorldCatalog(alfworld_data, "valid_seen"), AlfWorldEnv()
@@ -233,9 +233,9 @@ def test_warm_start_plans_write_only_calls_the_repository_accepts(smoke_spec_pat
     paper's r_fc (1/|G| per valid call) to deletes that spread to position 1."""
     import random
 
-    from twinrun.core.skills import SkillRepo
+    from twinrun.core.skills.repository import SkillRepo
     from twinrun.core.spec import load_spec
-    from twinrun.warmstart import _draw_plan, _skill_present
+    from twinrun.models.warmstart import _draw_plan, _skill_present
 
     spec = load_spec(smoke_spec_path)
     rng, kinds = random.Random(0), set()
@@ -261,7 +261,7 @@ def test_warm_start_conversations_redraw_writes_that_fit_the_recorded_repository
     left the skill, insert where it did not)."""
     import random
 
-    from twinrun.warmstart import Transcript, WarmStartSettings, _draw_plan, _skill_present, build_conversations
+    from twinrun.models.warmstart import Transcript, WarmStartSettings, _draw_plan, _skill_present, build_conversations
 
     rng = random.Random(1)
     transcripts = [Transcript("pick", [f"input {k}.{i}" for i in range(3)], _draw_plan("pick", 3, rng)) for k in range(6)]

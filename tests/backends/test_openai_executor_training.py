@@ -48,7 +48,7 @@ FAIL_SHARE = 0.3
 @pytest.fixture(scope="module")
 def scenario(repo_root, alfworld_data):
     """The smoke arm's step-1 and step-2 task groups, the expert plans of step 1's games, the failing tasks."""
-    from twinrun.core.curation import TaskGroupSampler
+    from twinrun.core.curation.session import TaskGroupSampler
     from twinrun.core.envs import make_catalog
     from twinrun.testing.scripted_executor import expert_plans
 
@@ -75,7 +75,7 @@ def run(request, scenario, repo_root, cache_dir, alfworld_data, tmp_path_factory
     pytest.importorskip(backend)
     from twinrun.testing.scripted_executor import ScriptedExecutorModel
 
-    from twinrun.warmstart import warm_started_tiny_curator
+    from twinrun.models.warmstart import warm_started_tiny_curator
 
     # the warm start's recorded sessions go to a reliable server first (its key ignores the endpoint): the failure
     # schedule below, e.g. "only the first episode of that game is measured", is the training steps' alone
@@ -102,7 +102,7 @@ def run(request, scenario, repo_root, cache_dir, alfworld_data, tmp_path_factory
 def test_unmeasured_episodes_leave_the_reward_and_the_advantages_and_the_gate_stops_step_2(run, scenario):
     import numpy as np
 
-    from twinrun.core.training_rows import rollout_rows, row_advantages, rows_by_key
+    from twinrun.core.advantages.training_rows import rollout_rows, row_advantages, rows_by_key
 
     backend, spec, out, error, model = run
     assert model.failed > 0 and model.failed < model.attempts

@@ -47,7 +47,7 @@ def smoke(smoke_spec_path):
 
 @pytest.fixture(scope="module")
 def recorded(smoke, cache_dir, alfworld_data):
-    from twinrun.parity.run import record_rollouts
+    from twinrun.app.parity.run import record_rollouts
 
     return record_rollouts(smoke, cache_dir, cache_dir / "parity-recordings", log=print)
 
@@ -64,13 +64,13 @@ def test_trl_run_records_the_tokens_it_trained_on(recorded, smoke):
 
 @pytest.fixture(scope="module")
 def report(recorded, smoke, cache_dir, tmp_path_factory):
-    from twinrun.parity.run import run_parity
+    from twinrun.app.parity.run import run_parity
 
     return run_parity(smoke, recorded, tmp_path_factory.mktemp("parity"), cache_dir=cache_dir, log=print)
 
 
 def test_smoke_spec_gradients_agree_to_the_padding_floor(report):
-    from twinrun.parity.run import DEFAULT_TOL
+    from twinrun.app.parity.run import DEFAULT_TOL
 
     assert report["tol"] == DEFAULT_TOL == 1e-4
     assert sorted(report["grads"], key=int) == ["1", "2", "3"]  # every optimizer update, both trainers
@@ -116,7 +116,7 @@ def per_position(smoke_spec_path):
 
 @pytest.fixture(scope="module")
 def recorded_pp(per_position, cache_dir, alfworld_data):
-    from twinrun.parity.run import record_rollouts
+    from twinrun.app.parity.run import record_rollouts
 
     return record_rollouts(per_position, cache_dir, cache_dir / "parity-recordings", log=print)
 
@@ -132,13 +132,13 @@ def test_per_position_run_records_one_sequence_per_position(recorded_pp, per_pos
 
 @pytest.fixture(scope="module")
 def report_pp(recorded_pp, per_position, cache_dir, tmp_path_factory):
-    from twinrun.parity.run import run_parity
+    from twinrun.app.parity.run import run_parity
 
     return run_parity(per_position, recorded_pp, tmp_path_factory.mktemp("parity-pp"), cache_dir=cache_dir, log=print)
 
 
 def test_default_spec_per_position_gradients_agree_to_the_padding_floor(report_pp, per_position):
-    from twinrun.parity.run import DEFAULT_TOL
+    from twinrun.app.parity.run import DEFAULT_TOL
 
     rows = per_position.batch.trajectories * per_position.environment.group_size
     assert report_pp["replayed"].startswith(f"3 step(s) x {rows} rows")
@@ -165,7 +165,7 @@ def test_gigpo_advantages_are_not_what_trl_would_compute(recorded_pp, per_positi
     from the rewards itself (and both backends reproduce per rollout)."""
     import numpy as np
 
-    from twinrun.core.replay import load_replay
+    from twinrun.core.advantages.replay import load_replay
 
     (a,), (b,) = load_replay(recorded_pp, per_position, steps=1), load_replay(recorded_pp, gigpo, steps=1)
     adv_a, adv_b = np.array([r.advantage for r in a.rows]), np.array([r.advantage for r in b.rows])
@@ -178,7 +178,7 @@ def test_gigpo_gradients_agree_with_core_advantages_in_both_trainers(recorded_pp
     position's advantage on all its rows 0.65. Uncut: 1.03e-4 (the spec as is reads 9.99e-5; verl matches an fp64
     reference gradient to ~1e-6, TRL to ~1e-4: docs/measured.md "Update parity"), hence 2 x tol here: this test guards the
     advantages, the spec-as-is test above the default tol."""
-    from twinrun.parity.run import DEFAULT_TOL, run_parity
+    from twinrun.app.parity.run import DEFAULT_TOL, run_parity
 
     report = run_parity(gigpo, recorded_pp, tmp_path_factory.mktemp("parity-gigpo"), cache_dir=cache_dir, log=print,
                         steps=1)
@@ -193,8 +193,8 @@ def test_knobs_plan_calls_equal_reach_the_tolerance(recorded, smoke_spec_path, c
     bug in `plan` or a backend. B5 under per_position (verl's loss_scale_factor was the whole-completion cap while
     TRL's dr_grpo divides by one turn's, a 32x gradient difference: 0.97) is held by test_verl_config's
     test_seq_mean_token_sum_divides_by_trls_max_completion_length."""
-    from twinrun.parity.knobs import KNOBS, plan_status, run_knob_table
-    from twinrun.parity.run import DEFAULT_TOL
+    from twinrun.app.parity.knobs import KNOBS, plan_status, run_knob_table
+    from twinrun.app.parity.run import DEFAULT_TOL
 
     acc = ["curator.context=accumulated", *AS_MEASURED]
     equal = [k for k in KNOBS[1:] if plan_status(load_spec(smoke_spec_path, [*acc, *k.sets]), k.plan_rows)[0] == "equal"]

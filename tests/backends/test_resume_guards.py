@@ -167,7 +167,7 @@ def test_new_run_into_a_run_folder_or_a_file_changes_nothing(backend, spec, sets
     assert not empty.exists()
 
 
-HOLD = ("import sys, time; from twinrun.core.run_lock import folder_lock\n"
+HOLD = ("import sys, time; from twinrun.core.records.lock import folder_lock\n"
         "with folder_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)\n")
 
 
@@ -227,7 +227,7 @@ def test_a_failed_start_is_trained_again_with_a_changed_spec(resume, smoke_spec_
     """No dead end: a folder in which no step completed is started again (said in one line), with or without
     --resume, with the fixed spec. Red on main (refused both ways: 'not empty' / 'different spec')."""
     from twinrun.backends.trl.train import train
-    from twinrun.core.run_dir import guard_run_dir
+    from twinrun.core.records.run_dir import guard_run_dir
 
     paths = failed_start(spec, tmp_path / "run")
     fixed = load_spec(smoke_spec_path, [*sets, "optimizer.lr=3e-6"])

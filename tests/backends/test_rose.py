@@ -31,9 +31,9 @@ SETS = [
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cache_dir):
     from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
-    from twinrun.core.rose import round_games
+    from twinrun.core.sft.rose import round_games
     from twinrun.core.spec import load_spec
-    from twinrun.rose import run_rose
+    from twinrun.app.rose import run_rose
     from twinrun.testing.local_openai import LocalOpenAIServer
     from twinrun.testing.sciworld_teacher import ScriptedSciWorldTeacher, gold_paths
 
@@ -71,7 +71,7 @@ def test_two_rounds_each_backend_from_the_previous_checkpoint(runs):
         assert rounds[0]["optimizer_from"] is None
         assert rounds[1]["optimizer_from"] == rounds[0]["optimizer_state"]  # carried, not restarted
         assert Path(rounds[1]["checkpoint"]).is_dir()
-    from twinrun.core.agent_eval.runs import run_checkpoints
+    from twinrun.core.sft.agent_eval.runs import run_checkpoints
 
     cks = run_checkpoints(runs["root"] / "verl")
     assert [c.stage for c in cks] == ["round 1", "round 2"] and cks[0].method.endswith("(verl)")
@@ -81,8 +81,8 @@ def test_two_rounds_each_backend_from_the_previous_checkpoint(runs):
 def test_teacher_turns_only_carry_loss_and_continue_the_students_state(runs):
     from transformers import AutoTokenizer
 
-    from twinrun.core.sft_data import build_sft_dataset, decode_trained
-    from twinrun.core.trajectories import load_trajectories
+    from twinrun.core.sft.data import build_sft_dataset, decode_trained
+    from twinrun.core.sft.trajectories import load_trajectories
 
     data = runs["root"] / "trl" / "rounds" / "round-01" / "data.jsonl"
     recs = load_trajectories(data)

@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
     from twinrun.backends.trl.sft import train_sft as trl_train
     from twinrun.backends.verl.sft import train_sft as verl_train
     from twinrun.core.spec import load_spec
-    from twinrun.sft_plan import prepare_sft
+    from twinrun.backends.sft_plan import prepare_sft
 
     root = tmp_path_factory.mktemp("sft")
     spec = load_spec(SPEC, [f"sft.data={GOLD}", *SCALE_DOWN])

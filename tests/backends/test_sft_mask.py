@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from twinrun.core.sft_data import (
+from twinrun.core.sft.data import (
     REACT_ACK,
     ChatTurnRenderer,
     build_sft_dataset,
@@ -20,7 +20,7 @@ from twinrun.core.sft_data import (
     sciworld_instruction,
     tokenize_record,
 )
-from twinrun.core.trajectories import TrajectoryRecord, load_trajectories
+from twinrun.core.sft.trajectories import TrajectoryRecord, load_trajectories
 
 GOLD = Path(__file__).parent / "data" / "sciworld-gold-mini.jsonl"
 EOT = "<|im_end|>"
@@ -103,7 +103,7 @@ def test_trl_trains_on_exactly_these_tokens(tok, tmp_path):
                                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                                          head_dim=8))
     from twinrun.core.spec import load_spec
-    from twinrun.sft_plan import sft_schedule, trl_sft_config
+    from twinrun.backends.sft_plan import sft_schedule, trl_sft_config
 
     spec = load_spec(Path(__file__).parents[2] / "experiments" / "sft-sciworld-cpu.yaml",
                      ["sft.batch_size=1", "sft.micro_batch_size=1"])

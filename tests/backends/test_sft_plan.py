@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from twinrun.core.errors import TwinrunError
 from twinrun.core.spec import SpecError, load_spec
-from twinrun.sft_plan import (
+from twinrun.backends.sft_plan import (
     build_plan,
     epoch_order,
     scheduled_lr,
@@ -41,8 +41,8 @@ def model_dir(tmp_path_factory):
 def dataset(model_dir):
     from transformers import AutoTokenizer
 
-    from twinrun.core.sft_data import build_sft_dataset
-    from twinrun.core.trajectories import load_trajectories
+    from twinrun.core.sft.data import build_sft_dataset
+    from twinrun.core.sft.trajectories import load_trajectories
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     return build_sft_dataset(load_trajectories(GOLD), tok, max_length=2048, seed=0)
@@ -154,7 +154,7 @@ STUDY = REPO / "experiments" / "sft-sciworld-qwen3-1.7b.yaml"
 def test_the_study_recipe_plans_192_equal_steps_before_the_data_exists():
     """Issue 15 item 5: 2,059 episodes, batch 32 -> 64 steps per epoch (11 sequences outside a full batch),
     3 epochs = 192 steps, 10% warmup = 20 steps, lr 1e-5, weight decay 0, fp32, max length 8,192, both backends."""
-    from twinrun.sft_plan import plan_without_data, render_plan
+    from twinrun.backends.sft_plan import plan_without_data, render_plan
 
     plan = plan_without_data(load_spec(STUDY, []), 2059)
     s = plan.schedule
@@ -183,7 +183,7 @@ def test_cli_plan_without_data_needs_the_episode_count():
 
 @pytest.mark.trl
 def test_only_successful_keeps_verified_successes(model_dir):
-    from twinrun.sft_plan import prepare_sft
+    from twinrun.backends.sft_plan import prepare_sft
 
     spec = spec_with("sft.only_successful=true")
     prepared = prepare_sft(spec, cache_dir=Path(model_dir).parent)

@@ -72,7 +72,7 @@ def test_gigpo_rows_train_with_cores_advantages_not_trls(repo_root, cache_dir, a
 
     from twinrun.backends.trl.per_position import PerPositionGRPOTrainer
     from twinrun.backends.trl.train import train
-    from twinrun.core.training_rows import rollout_rows, row_advantages
+    from twinrun.core.advantages.training_rows import rollout_rows, row_advantages
 
     gigpo = load_spec(repo_root / "experiments" / "smoke-cpu.yaml",
                       [*PER_POSITION, "steps=1", "checkpoint_every=1", "algorithm.estimator=gigpo",

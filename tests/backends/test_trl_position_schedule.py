@@ -21,18 +21,18 @@ import pytest
 pytest.importorskip("transformers")
 
 from twinrun.core.advantages import PRESETS  # noqa: E402
-from twinrun.core.curation import CurationRuntime, CuratorPrompts, TaskGroup  # noqa: E402
+from twinrun.core.curation.session import CurationRuntime, CuratorPrompts, TaskGroup  # noqa: E402
 from twinrun.core.envs import EnvPool  # noqa: E402
 from twinrun.core.envs.alfworld import AlfWorldCatalog  # noqa: E402
 from twinrun.core.executors import Executor, ScriptedPolicy  # noqa: E402
-from twinrun.core.judges import RulesJudge  # noqa: E402
-from twinrun.core.react import ExecutorPrompts  # noqa: E402
-from twinrun.core.rewards import whitespace_tokens  # noqa: E402
-from twinrun.core.skills import SkillRepo  # noqa: E402
+from twinrun.core.rewards.judges import RulesJudge  # noqa: E402
+from twinrun.core.executors.react import ExecutorPrompts  # noqa: E402
+from twinrun.core.rewards.composite import whitespace_tokens  # noqa: E402
+from twinrun.core.skills.repository import SkillRepo  # noqa: E402
 from twinrun.core.spec import RewardSpec  # noqa: E402
-from twinrun.core.task_groups import rollout_episode_seed  # noqa: E402
-from twinrun.core.toolcalls import format_curate_call  # noqa: E402
-from twinrun.core.training_rows import row_advantages  # noqa: E402
+from twinrun.core.envs.task_groups import rollout_episode_seed  # noqa: E402
+from twinrun.core.curation.toolcalls import format_curate_call  # noqa: E402
+from twinrun.core.advantages.training_rows import row_advantages  # noqa: E402
 
 pytestmark = pytest.mark.alfworld
 

@@ -207,7 +207,7 @@ def test_gigpo_trains_with_per_token_advantages(smoke, arm, cache_dir, alfworld_
     from twinrun.backends.trl.train import train
 
     from twinrun.core.advantages import estimator_config
-    from twinrun.core.anchors import anchor_stats, step_rows
+    from twinrun.core.advantages.anchors import anchor_stats, step_rows
 
     spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", arm +
                      ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1", "batch.rollouts_per_group=4"])
@@ -231,7 +231,7 @@ def test_a_step_with_too_many_missing_turns_stops_before_its_update(smoke, arm, 
     """curator.max_missing_turn_share: a completion cap no tool result fits under leaves positions 2..|G| without a
     curator turn in every rollout; the step stops with a one-line error before TRL's update (records kept)."""
     from twinrun.backends.trl.train import train
-    from twinrun.core.step_health import MissingTurnsError
+    from twinrun.core.advantages.step_health import MissingTurnsError
 
     spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", arm + [
         "steps=1", "checkpoint_every=1", "batch.groups_per_step=1", "environment.group_size=2",
@@ -255,7 +255,7 @@ def test_the_update_follows_cores_advantages(smoke, arm, cache_dir, alfworld_dat
 
     import twinrun.backends.trl.trainer as trainer_mod
     from twinrun.backends.trl.train import train
-    from twinrun.warmstart import resolve_curator_model
+    from twinrun.models.warmstart import resolve_curator_model
 
     spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml", arm +
                      ["steps=1", "checkpoint_every=1", "optimizer.weight_decay=0.0", "batch.groups_per_step=1",
@@ -292,8 +292,8 @@ def test_gigpo_loss_weighs_each_token_with_its_positions_core_advantage(smoke, a
     from twinrun.backends.trl.token_advantages import model_segments
     from twinrun.backends.trl.train import train
     from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
-    from twinrun.core.policy_input import segment_positions
-    from twinrun.core.training_rows import rollout_rows, row_advantages
+    from twinrun.core.curation.policy_input import segment_positions
+    from twinrun.core.advantages.training_rows import rollout_rows, row_advantages
 
     spec = load_spec(Path(smoke.source_dir) / "smoke-cpu.yaml",
                      arm + ["steps=1", "checkpoint_every=1", "algorithm.estimator=gigpo",

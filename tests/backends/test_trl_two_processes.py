@@ -34,7 +34,7 @@ pytest.importorskip("trl")
 
 from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
-from twinrun.core.training_rows import rollout_rows, row_advantages  # noqa: E402
+from twinrun.core.advantages.training_rows import rollout_rows, row_advantages  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld, pytest.mark.sampling]
 

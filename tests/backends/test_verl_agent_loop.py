@@ -21,7 +21,7 @@ from twinrun.backends.verl.estimators import decode_uid  # noqa: E402
 from twinrun.backends.verl.loop_manager import TAG_FIELD  # noqa: E402
 from twinrun.core.records import read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
-from twinrun.core.toolcalls import format_curate_call  # noqa: E402
+from twinrun.core.curation.toolcalls import format_curate_call  # noqa: E402
 
 INSERT = [{"function": "new_skill_insert", "arguments": {"skill_name": "pick-workflow",
                                                          "content": "---\nname: pick-workflow\ndescription: d\n---\n# W\n1. go."}}]
@@ -100,7 +100,7 @@ def _runs(mask: list[int]) -> list[tuple[int, int]]:
 
 
 def test_three_curate_turns_then_the_closing_reply(setup):
-    from twinrun.warmstart import final_tool_result
+    from twinrun.models.warmstart import final_tool_result
 
     spec = setup[0]
     out, server, tok = _run(setup, [format_curate_call(INSERT), format_curate_call([]), format_curate_call([])])

@@ -168,7 +168,7 @@ def test_unmeasured_share_aborts_the_step_before_the_update():
 
 
 def test_missing_turns_abort_the_step_before_the_update():
-    from twinrun.core.step_health import MissingTurnsError
+    from twinrun.core.advantages.step_health import MissingTurnsError
 
     tags = [RolloutTag(True, [0.5, 0.5], episodes=2, turns_missing=2), RolloutTag(True, [0.0, 0.0], episodes=2)]
     data = _data([1.0, 0.0], [encode_uid("g", t) for t in tags], MASKS[:2])

@@ -15,7 +15,7 @@ from twinrun.backends.verl.estimators import (  # noqa: E402
     encode_uid,
 )
 from twinrun.core.spec import AlgorithmSpec  # noqa: E402
-from twinrun.core.training_rows import rollout_rows, row_advantages  # noqa: E402
+from twinrun.core.advantages.training_rows import rollout_rows, row_advantages  # noqa: E402
 
 G = 3
 

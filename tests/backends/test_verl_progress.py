@@ -13,7 +13,7 @@ from twinrun.backends.verl.progress import VerlProgress
 from twinrun.backends.verl.train import run_child
 from twinrun.core.records import JsonlWriter, RunPaths, read_jsonl
 from twinrun.core.spec import load_spec
-from twinrun.core.tracking import StepReporter, Tracker
+from twinrun.core.records.tracking import StepReporter, Tracker
 
 
 class RecordingTracker(Tracker):

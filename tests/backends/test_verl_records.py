@@ -102,7 +102,7 @@ def test_run_dir_refuses_overwrite_and_changed_resume(spec, tmp_path):
 
 @pytest.mark.alfworld
 def test_data_rows_are_cores_task_groups_in_order(spec, alfworld_data):
-    from twinrun.core.curation import TaskGroup
+    from twinrun.core.curation.session import TaskGroup
 
     rows = task_group_rows(spec)
     assert len(rows) == spec.steps * spec.batch.groups_per_step
@@ -120,7 +120,7 @@ def test_a_step_gate_error_inside_verl_is_recognised_in_its_log(tmp_path):
     log.write_text("step:1 ...\n(TaskRunnerV1 pid=1) twinrun.core.errors.InfrastructureError: 40% of this step's "
                    "executor episodes were unmeasured\nSet the environment variable HYDRA_FULL_ERROR=1\n")
     assert _gate_failure(log) == ("InfrastructureError", "40% of this step's executor episodes were unmeasured")
-    log.write_text("(TaskRunnerV1 pid=1) twinrun.core.step_health.MissingTurnsError: 60% of this step's positions "
+    log.write_text("(TaskRunnerV1 pid=1) twinrun.core.advantages.step_health.MissingTurnsError: 60% of this step's positions "
                    "had no curator turn\n")
     assert _gate_failure(log) == ("MissingTurnsError", "60% of this step's positions had no curator turn")
     log.write_text("ValueError: something else\n")
@@ -129,7 +129,7 @@ def test_a_step_gate_error_inside_verl_is_recognised_in_its_log(tmp_path):
 
 def test_gigpo_steps_report_their_anchor_groups(repo_root):
     """Under estimator: gigpo both backends log anchor_singleton_share and step_adv_nonzero_share from the
-    records' own anchors and step rewards (core.records.curation_step_metrics)."""
+    records' own anchors and step rewards (core.advantages.step_metrics.curation_step_metrics)."""
     spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["algorithm.estimator=gigpo"])
     verl = {1: {"training/global_step": 1}}
     rows = []

@@ -70,7 +70,7 @@ def smoke_run(smoke, cache_dir, alfworld_data, tmp_path_factory, console):
 
 def test_smoke_trains_three_steps_with_plans_counts(smoke, smoke_run):
     from twinrun.backends.verl.compile import compile_spec
-    from twinrun.plan import build_plan
+    from twinrun.app.plan import build_plan
 
     out, summary = smoke_run
     plan = build_plan(smoke)
@@ -197,7 +197,7 @@ def test_gigpo_trains_and_reports_its_anchor_groups(smoke, arm, cache_dir, tmp_p
     of the rows core's estimator got (the default anchor), equal to those rebuilt from rollouts.jsonl."""
     from twinrun.backends.verl.train import train
     from twinrun.core.advantages import estimator_config
-    from twinrun.core.anchors import anchor_stats, step_rows
+    from twinrun.core.advantages.anchors import anchor_stats, step_rows
 
     spec = load_spec(smoke.source_dir / "smoke-cpu.yaml", arm +
                      ["algorithm.estimator=gigpo", "steps=1", "checkpoint_every=1", "batch.rollouts_per_group=4"])

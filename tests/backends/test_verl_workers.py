@@ -49,7 +49,7 @@ def run(spec, cache_dir, alfworld_data, tmp_path_factory):
 
 def test_two_workers_train_with_plans_counts(spec, run):
     from twinrun.backends.verl.compile import compile_spec
-    from twinrun.plan import build_plan
+    from twinrun.app.plan import build_plan
 
     out, summary = run
     assert build_plan(spec)["counts_equal"]

@@ -15,7 +15,7 @@ import twinrun.core as core
 names = [m.name for m in pkgutil.walk_packages(core.__path__, 'twinrun.core.')]
 for n in names:
     importlib.import_module(n)
-import twinrun.plan, twinrun.cli, twinrun.backends.registry
+import twinrun.app.plan, twinrun.cli, twinrun.backends.registry
 import twinrun.backends.trl.compile, twinrun.backends.verl.compile
 loaded = [m for m in {FRAMEWORKS!r} if m in sys.modules]
 print(len(names), loaded)

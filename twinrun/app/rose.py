@@ -1,7 +1,7 @@
 """ROSE rounds under one framework, from one spec (`twinrun rose SPEC --backend trl|verl --out DIR`).
 
 Per round r (1..``sft.rose.rounds``):
-1. **data** (core, :mod:`twinrun.core.rose`): the current student (round 1: ``sft.model``; later: the previous
+1. **data** (core, :mod:`twinrun.core.sft.rose`): the current student (round 1: ``sft.model``; later: the previous
    round's last checkpoint) plays ``student_turns`` replies on the round's training variations and the teacher
    (``sft.teacher``) continues each episode for ``teacher_turns`` replies -> ``rounds/round-NN/data.jsonl``;
    with ``--data-from RUN`` the round's data is copied from another ROSE run instead (a strict framework parity
@@ -162,7 +162,7 @@ class _Collector:
                  say: Callable[[str], None]):
         from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
         from twinrun.core.executors import BackgroundLoop
-        from twinrun.core.teacher import probe_teacher, teacher_generator
+        from twinrun.core.sft.teacher import probe_teacher, teacher_generator
 
         self.spec, self.say = spec, say
         from twinrun.commands._common import teacher_endpoint
@@ -181,9 +181,9 @@ class _Collector:
         self.env = SciWorldEnv(gold_path=False)
 
     def collect(self, r: int, student_path: str, data: Path) -> None:
-        from twinrun.core.agent_eval import AgentEvalSettings, hf_generator
-        from twinrun.core.rose import collect_round, round_games
-        from twinrun.core.sft_data import sciworld_instruction
+        from twinrun.core.sft.agent_eval import AgentEvalSettings, hf_generator
+        from twinrun.core.sft.rose import collect_round, round_games
+        from twinrun.core.sft.data import sciworld_instruction
 
         rose = self.spec.sft.rose
         games = round_games(self.games, rose.variations_per_round, self.spec.seed, r)

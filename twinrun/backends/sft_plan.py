@@ -3,7 +3,7 @@
 `twinrun sft SPEC --plan` prints this. Both backends get their native settings from here (never from their own
 defaults), so the things the issue asks to be equal are equal by construction and shown side by side:
 
-- **data**: the same tokenized sequences and loss masks (:func:`twinrun.core.sft_data.build_sft_dataset`);
+- **data**: the same tokenized sequences and loss masks (:func:`twinrun.core.sft.data.build_sft_dataset`);
 - **order**: verl's SFT trainer always draws batches with ``DistributedSampler(shuffle=True, seed=0)`` and
   ``set_epoch(epoch)``; the TRL backend installs that same sampler, and the spec seed permutes the rows first;
 - **schedule**: cosine with warmup, the warmup as an integer step count computed here once (transformers rounds
@@ -421,7 +421,7 @@ class PreparedSFT:
     spec: ExperimentSpec
     model_path: str
     tokenizer: Any
-    dataset: Any  # twinrun.core.sft_data.SFTDataset
+    dataset: Any  # twinrun.core.sft.data.SFTDataset
     plan: SFTPlan
 
 
@@ -441,8 +441,8 @@ def prepare_sft(spec: ExperimentSpec, *, cache_dir: Any = None, output_dir: str 
     """Resolve the model, load + tokenize the trajectories, and compile the plan (imports transformers)."""
     from transformers import AutoTokenizer
 
-    from twinrun.core.sft_data import build_sft_dataset
-    from twinrun.core.trajectories import load_trajectories
+    from twinrun.core.sft.data import build_sft_dataset
+    from twinrun.core.sft.trajectories import load_trajectories
     from twinrun.models.tiny import resolve_model
 
     import hashlib

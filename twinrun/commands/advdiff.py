@@ -1,6 +1,6 @@
 """`twinrun advdiff FILE.jsonl`: how far the frameworks' own advantage semantics drift apart on the same rewards.
 
-The math and the input format live in `twinrun.core.advdiff` (pure); this module only prints and plots.
+The math and the input format live in `twinrun.core.advantages.advdiff` (pure); this module only prints and plots.
 matplotlib is imported only when `--plot` is given.
 """
 
@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from twinrun.core.advantages import PRESETS
-from twinrun.core.advdiff import DEFAULT_PRESETS, AdvdiffResult, compute_table, load_rows, resolve_presets
+from twinrun.core.advantages.advdiff import DEFAULT_PRESETS, AdvdiffResult, compute_table, load_rows, resolve_presets
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,7 @@ def card_cmd(
     private: bool = typer.Option(False, "--private", help="with --push: create the repo private"),
 ) -> None:
     """Write a Hub-ready folder: the selected checkpoints with lift, CI, p and adjusted p from the comparison."""
-    from twinrun.core.card import build_card, load_comparison, push_card
+    from twinrun.core.compare.card import build_card, load_comparison, push_card
 
     if compare_json is not None:
         result = load_comparison(compare_json)

@@ -58,14 +58,14 @@ def compare_cmd(
     result = compare(inputs, baseline, settings)
     report_path = None
     if out is not None:
-        from twinrun.core.report import metrics_for_sweeps, write_report
+        from twinrun.core.compare.report import metrics_for_sweeps, write_report
 
         # training dynamics: the runs the sweeps evaluated (their metrics.jsonl), plus any named with --metrics
         runs_metrics = {k: str(v) for k, v in metrics_for_sweeps(inputs).items()}
         runs_metrics.update(dict(_pairs(metrics, "--metrics", "LABEL=PATH", "trl=runs/trl/metrics.jsonl")))
         report_path = write_report(result, out, metrics=runs_metrics)
     if track:
-        from twinrun.core.track_results import log_comparison, tracked_sweep
+        from twinrun.core.compare.track_results import log_comparison, tracked_sweep
 
         sweep_dir = tracked_sweep(inputs)
         if sweep_dir is not None:  # progress lines go to stderr: --json keeps stdout for the result
@@ -73,7 +73,7 @@ def compare_cmd(
     if as_json:
         print_json(result)
         return
-    from twinrun.core.report import print_console
+    from twinrun.core.compare.report import print_console
 
     print_console(result, report_path)
 

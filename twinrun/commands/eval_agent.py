@@ -1,4 +1,4 @@
-"""`twinrun eval-agent`: the ScienceWorld agent-evaluation protocol (see twinrun/core/agent_eval.py).
+"""`twinrun eval-agent`: the ScienceWorld agent-evaluation protocol (see twinrun/core/sft/agent_eval.py).
 
     twinrun eval-agent --checkpoint runs/sft-trl/checkpoints/step-000002 \\
                        --checkpoint runs/sft-verl/checkpoints/step-000002 --out runs/eval [--passes 4 ...]
@@ -75,7 +75,7 @@ def eval_agent(
     import os
 
     from twinrun.commands._common import print_json
-    from twinrun.core.agent_eval import (
+    from twinrun.core.sft.agent_eval import (
         AgentEvalSettings,
         EvalArm,
         checkpoint_fingerprint,
@@ -85,7 +85,7 @@ def eval_agent(
         run_agent_eval,
         sample_games,
     )
-    from twinrun.core.agent_eval.runs import run_checkpoints
+    from twinrun.core.sft.agent_eval.runs import run_checkpoints
     from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
     from twinrun.models.tiny import resolve_model
 
@@ -184,7 +184,7 @@ def eval_agent(
 
 def _load_skills(folder: Path, top_k: int) -> object:
     """A curated repo saved by twinrun (has skills.json) or a folder of human-written skills (immutable)."""
-    from twinrun.core.skills import MANIFEST_FILE, SkillRepo, import_human_skills
+    from twinrun.core.skills.repository import MANIFEST_FILE, SkillRepo, import_human_skills
 
     if not folder.is_dir():
         raise TwinrunError(f"--skills: {str(folder)!r} is not a folder (fix: a skill repo folder)")

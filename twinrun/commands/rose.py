@@ -3,7 +3,7 @@
 Each round the current student plays ``sft.rose.student_turns`` replies on training variations, the teacher
 (``sft.teacher``, an OpenAI-compatible endpoint, probed first) continues from the student's own state for
 ``sft.rose.teacher_turns`` replies, and the student is fine-tuned on the teacher's replies only, continuing from
-the previous round's weights and optimizer state (see twinrun/rose.py). ``--data-from RUN`` trains on another
+the previous round's weights and optimizer state (see twinrun/app/rose.py). ``--data-from RUN`` trains on another
 ROSE run's per-round data instead of collecting (both frameworks then see identical data every round).
 Evaluate the rounds with ``twinrun eval-agent --run DIR``.
 """

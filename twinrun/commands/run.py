@@ -42,8 +42,8 @@ def run(
     """Train SPEC under each backend (and seed), sweep every checkpoint with a baseline, compare, write a report."""
     from twinrun.backends import registry
     from twinrun.core import compare as cmp
-    from twinrun.core import report as rep
-    from twinrun.core import sweep as sw
+    from twinrun.core.compare import report as rep
+    from twinrun.core.sweeps import sweep as sw
     from twinrun.models.curator_policy import hf_policy_factory
     from twinrun.app.plan import build_plan
 
@@ -91,7 +91,7 @@ def run(
         policy_factory=lambda arm, s: hf_policy_factory(arm, s, cache_dir=cache_dir(cache)),
     )
     timings["sweep"] = time.time() - t0
-    from twinrun.core.track_results import log_comparison, log_sweep
+    from twinrun.core.compare.track_results import log_comparison, log_sweep
 
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False)

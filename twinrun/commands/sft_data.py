@@ -75,9 +75,9 @@ def stats(
 ) -> None:
     """Episodes, teacher success, supervised turns, literal and any-template copy shares of a trajectory file."""
     from twinrun.commands._common import print_json
-    from twinrun.core.sft_stats import render_stats, trajectory_stats
-    from twinrun.core.template_copy import STUDY_LITERAL_COPIES
-    from twinrun.core.trajectories import load_trajectories
+    from twinrun.core.sft.stats import render_stats, trajectory_stats
+    from twinrun.core.sft.template_copy import STUDY_LITERAL_COPIES
+    from twinrun.core.sft.trajectories import load_trajectories
 
     if not path.is_file():
         raise TwinrunError(f"FILE: {str(path)!r} is not a file (fix: a trajectory file from `twinrun sft-data`)")
@@ -89,9 +89,9 @@ def stats(
 
 
 def _gold_paths(spec, out: Path, include_failed: bool) -> None:  # type: ignore[no-untyped-def]
-    from twinrun.core.agent_eval import sample_games
+    from twinrun.core.sft.agent_eval import sample_games
     from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
-    from twinrun.core.sft_data import build_gold_path_dataset
+    from twinrun.core.sft.data import build_gold_path_dataset
 
     gp = spec.sft.gold_path
     catalog = ScienceWorldCatalog(gp.split, tasks=gp.tasks)
@@ -117,13 +117,13 @@ def _teacher_data(spec, out: Path, base_url: str | None, model: str | None) -> N
     import json
 
     from twinrun.commands._common import teacher_endpoint
-    from twinrun.core.agent_eval import sample_games
+    from twinrun.core.sft.agent_eval import sample_games
     from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
     from twinrun.core.executors import BackgroundLoop
-    from twinrun.core.sft_data import sciworld_instruction
-    from twinrun.core.sft_stats import render_stats, trajectory_stats
-    from twinrun.core.teacher import build_teacher_dataset, probe_teacher, teacher_generator
-    from twinrun.core.trajectories import load_trajectories
+    from twinrun.core.sft.data import sciworld_instruction
+    from twinrun.core.sft.stats import render_stats, trajectory_stats
+    from twinrun.core.sft.teacher import build_teacher_dataset, probe_teacher, teacher_generator
+    from twinrun.core.sft.trajectories import load_trajectories
 
     t = spec.sft.teacher
     url, name, key = teacher_endpoint(t, base_url, model)

@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 def parse_replicates(items: list[str]) -> tuple[int, dict[str, list[int] | str]]:
     """``baseline`` / ``baseline:N`` (N baseline replicates), ``RUN`` (every checkpoint of RUN once more),
     ``RUN:10,20`` (those steps) -> (baseline replicates, {run: steps | "all"})."""
-    from twinrun.core.sweep import BASELINE, SweepError
+    from twinrun.core.sweeps.sweep import BASELINE, SweepError
 
     base = 0
     runs: dict[str, list[int] | str] = {}
@@ -46,7 +46,7 @@ def replicates_as_streams(items: list[str], run_names: list[str]) -> int | None:
     named, no step list), with or without ``baseline`` / ``baseline:1``, is ``--streams 2``; anything else asked
     for replicates of some arms only, which a sweep no longer plays (every arm has the same streams): refused,
     pointing at --streams. None when no --replicates was given."""
-    from twinrun.core.sweep import SweepError
+    from twinrun.core.sweeps.sweep import SweepError
 
     if not items:
         return None
@@ -93,7 +93,7 @@ def sweep_cmd(
 ) -> None:
     """Evaluate every checkpoint of each run on held-out games with streaming curation, plus a baseline arm."""
     from twinrun.commands._common import print_json, spec_from_cli
-    from twinrun.core import sweep as sw
+    from twinrun.core.sweeps import sweep as sw
     from twinrun.models.curator_policy import hf_policy_factory
 
     if executor is not None:
@@ -121,7 +121,7 @@ def sweep_cmd(
             policy_factory=factory, workers=workers, ray_address=ray,
             ray_num_cpus=ray_cpus, ray_retries=ray_retries, progress=progress and not as_json,
         )
-    from twinrun.core.track_results import log_sweep
+    from twinrun.core.compare.track_results import log_sweep
 
     log_sweep(spec, out, log=lambda line: typer.echo(line, err=as_json))
     if as_json:
@@ -138,8 +138,8 @@ def sweep_cmd(
 
 def _check_inputs(spec: object, out: Path, run_dirs: list[str], run_reps: dict) -> None:
     """Refusals that must come before the sweep folder is created (issue 30)."""
-    from twinrun.core.preflight import check_replicate_steps, check_skills, check_sweep_out
-    from twinrun.core.run_lock import check_unlocked
+    from twinrun.core.sweeps.preflight import check_replicate_steps, check_skills, check_sweep_out
+    from twinrun.core.records.lock import check_unlocked
 
     check_sweep_out(out)
     check_unlocked(out)  # a folder another sweep is writing: say so first, whatever else is wrong with the command
@@ -151,6 +151,6 @@ def _one_writer(out: Path) -> contextlib.AbstractContextManager[int]:
     """The sweep folder's lock (core.run_lock), held while the sweep writes. The read-only refusals (a training run's
     folder as --out, a live writer) already ran in `_check_inputs`; `folder_lock` refuses a writer that started
     since, in the same one line naming its pid."""
-    from twinrun.core.run_lock import folder_lock
+    from twinrun.core.records.lock import folder_lock
 
     return folder_lock(out)

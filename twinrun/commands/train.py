@@ -35,7 +35,7 @@ def train(
         raise TwinrunError(f"--backend: {backend!r} is not a backend (fix: one of {', '.join(known)})")
     if backend not in spec.backends:
         raise TwinrunError(f"--backend: {backend!r} is not in the spec's backends {spec.backends} (fix: add it there)")
-    from twinrun.core.preflight import check_skills
+    from twinrun.core.sweeps.preflight import check_skills
 
     check_skills(spec)  # a bad skills.human_skills folder: refused before the run folder exists
     plan = build_plan(spec)
@@ -48,7 +48,7 @@ def train(
     from twinrun.backends.trl.launch import launched
 
     if launched(os.environ):  # a rank of torchrun / accelerate: it dies with its launcher (kill -9 included)
-        from twinrun.core.parent_death import die_with_parent
+        from twinrun.core.records.parent_death import die_with_parent
 
         die_with_parent()
     if launch and backend == "trl":  # verl starts its own workers (Ray)
@@ -77,7 +77,7 @@ def _hold_for_ranks(out: Path) -> object:
     """Take the run folder's lock in this process (refused if another writer holds it) and keep it across the
     exec into torchrun: the descriptor is made inheritable, and the ranks are told (LOCK_HELD_ENV) not to take it
     again. The lock ends when torchrun (this process, after exec) exits."""
-    from twinrun.core.run_lock import folder_lock
+    from twinrun.core.records.lock import folder_lock
 
     lock = folder_lock(out)
     fd = lock.__enter__()  # never exited: the exec replaces this process and the kernel keeps the lock

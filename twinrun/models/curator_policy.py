@@ -1,6 +1,6 @@
 """A sweep's checkpoint curator: generate curator turns with an HF checkpoint (transformers).
 
-Moved out of :mod:`twinrun.core.sweep` so core imports no model code: :func:`twinrun.core.sweep.sweep` takes a
+Moved out of :mod:`twinrun.core.sweeps.sweep` so core imports no model code: :func:`twinrun.core.sweeps.sweep.sweep` takes a
 ``policy_factory`` and the commands pass :func:`hf_policy_factory` (the checkpoint's own generation)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.errors import DependencyMissing, InfrastructureError, TwinrunError
-from twinrun.core.sweep import ArmPlan, CuratorPolicy, SweepError, curator_seed
-from twinrun.core.toolcalls import CURATE_TOOL
+from twinrun.core.sweeps.sweep import ArmPlan, CuratorPolicy, SweepError, curator_seed
+from twinrun.core.curation.toolcalls import CURATE_TOOL
 from twinrun.models.tiny import resolve_model
 
 __all__ = ["HFCuratorPolicy", "hf_policy_factory"]
@@ -66,8 +66,8 @@ class HFCuratorPolicy:
         first; the prompt is core's per_position messages, tokenised as both backends tokenise a training row."""
         import torch
 
-        from twinrun.core.context_shape import fit_history, prompt_token_ids
-        from twinrun.core.curation import stable_int
+        from twinrun.core.curation.context_shape import fit_history, prompt_token_ids
+        from twinrun.core.curation.session import stable_int
 
         self._load()
         messages, _ = fit_history(self.system_prompt, curator_input, history, limit=self.max_prompt_tokens,

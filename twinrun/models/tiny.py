@@ -203,8 +203,8 @@ def _generated_corpus(lines: int = 600, seed: int = 0) -> str:
 
 def _corpus() -> list[str]:
     """Everything the tokenizer is trained on (part of the cache key)."""
-    from twinrun.core.skills import CURATOR_FUNCTIONS
-    from twinrun.core.toolcalls import CURATE_TOOL
+    from twinrun.core.skills.repository import CURATOR_FUNCTIONS
+    from twinrun.core.curation.toolcalls import CURATE_TOOL
 
     return [_CORPUS, _generated_corpus(), json.dumps(CURATE_TOOL, ensure_ascii=False),
             json.dumps(CURATOR_FUNCTIONS, ensure_ascii=False)]

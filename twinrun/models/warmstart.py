@@ -130,7 +130,7 @@ def _draw_plan(task_type: str, n: int, rng: random.Random) -> list[list[dict[str
 
 
 def warm_start_key(spec: Any, base: Path, settings: WarmStartSettings) -> str:
-    from twinrun.core.toolcalls import CURATE_TOOL
+    from twinrun.core.curation.toolcalls import CURATE_TOOL
 
     blob = json.dumps(
         {
@@ -232,7 +232,7 @@ def warm_started_tiny_curator(
 
 
 def _system_prompt(spec: Any) -> str:
-    from twinrun.core.curation import CuratorPrompts
+    from twinrun.core.curation.session import CuratorPrompts
 
     return CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input")).system
 
@@ -279,8 +279,8 @@ def record_transcripts(
 
     from transformers import AutoTokenizer
 
-    from twinrun.core.curation import CurationRuntime, TaskGroup
-    from twinrun.core.rewards import token_counter
+    from twinrun.core.curation.session import CurationRuntime, TaskGroup
+    from twinrun.core.rewards.composite import token_counter
 
     tok = AutoTokenizer.from_pretrained(base)
     # the sessions are played with the scripted self-judge's error off: the warm start teaches the call format, and
@@ -341,7 +341,7 @@ def final_tool_result(group_size: int) -> str:
 
 def call_message(ops: list[dict[str, Any]]) -> dict[str, Any]:
     """The assistant message of one taught curator turn: a single ``curate`` call."""
-    from twinrun.core.toolcalls import CURATE
+    from twinrun.core.curation.toolcalls import CURATE
 
     return {"role": "assistant", "content": "",
             "tool_calls": [{"type": "function", "function": {"name": CURATE, "arguments": {"operations": ops}}}]}
@@ -350,7 +350,7 @@ def call_message(ops: list[dict[str, Any]]) -> dict[str, Any]:
 def call_text(ops: list[dict[str, Any]]) -> str:
     """A taught turn as the text a backend decodes from it (the empty think block, then core's Hermes text of the
     call): per_position history turns are prompt-only messages holding that text."""
-    from twinrun.core.toolcalls import format_curate_call
+    from twinrun.core.curation.toolcalls import format_curate_call
 
     return "<think>\n\n</think>\n\n" + format_curate_call(ops)
 
@@ -362,11 +362,11 @@ def build_conversations(transcripts: Sequence[Transcript], system: str, settings
     * accumulated: one per conversation drawn: system, chi_1, then curate call / tool result pairs, then the
       final reply;
     * per_position: one per (conversation drawn, position): core's per_position prompt of that position
-      (:func:`~twinrun.core.context_shape.position_messages`: system, the last ``history`` earlier (input, turn)
+      (:func:`~twinrun.core.curation.context_shape.position_messages`: system, the last ``history`` earlier (input, turn)
       pairs, chi_i), then the curate call. Teaching the accumulated shape to a per_position curator left it
       facing a prompt it never saw at every position after the first.
     """
-    from twinrun.core.context_shape import HistoryTurn, history_window, position_messages
+    from twinrun.core.curation.context_shape import HistoryTurn, history_window, position_messages
 
     if not transcripts:
         raise TwinrunError("warm start: no transcripts were recorded (fix: check the environment data)")

@@ -15,13 +15,13 @@ if TYPE_CHECKING:
 
 
 def tokenize_conversation(tok: Any, messages: list[dict], template: str) -> tuple[list[int], list[int]]:
-    from twinrun.core.toolcalls import CURATE_TOOL
+    from twinrun.core.curation.toolcalls import CURATE_TOOL
 
     if messages[-1].get("tool_calls") and len(messages) > 3:
         # a per_position row with history: the prompt is what the backends render (core's prompt_token_ids; the
         # tokenizer's own template drops earlier turns' think blocks, TRL's training variant keeps them), the
         # turn is the one the training template renders after [system, chi_i]
-        from twinrun.core.context_shape import prompt_token_ids
+        from twinrun.core.curation.context_shape import prompt_token_ids
 
         prompt = prompt_token_ids(tok, messages[:-1], [CURATE_TOOL])
         ids, mask = tokenize_conversation(tok, [messages[0], messages[-2], messages[-1]], template)
@@ -125,12 +125,12 @@ def sft(base: Path, conversations: list[list[dict]], settings: WarmStartSettings
 def probe(model: Any, tok: Any, prompts: list[list[dict]], template: str, settings: WarmStartSettings) -> float:
     """Share of sampled turns (temperature 1, ``settings.probe_samples`` per prompt) that parse as a curate call
     with an operations list. A prompt ending in a user message is a per_position row's, rendered as the backends
-    render it (:func:`~twinrun.core.context_shape.prompt_token_ids`); one ending in a tool result is an
+    render it (:func:`~twinrun.core.curation.context_shape.prompt_token_ids`); one ending in a tool result is an
     accumulated conversation's, rendered with the training template the tool loop extends."""
     import torch
 
-    from twinrun.core.context_shape import prompt_token_ids
-    from twinrun.core.toolcalls import CURATE, CURATE_TOOL, parse_curator_turn
+    from twinrun.core.curation.context_shape import prompt_token_ids
+    from twinrun.core.curation.toolcalls import CURATE, CURATE_TOOL, parse_curator_turn
 
     n = max(1, settings.probe_samples)
     ok = total = 0

@@ -12,7 +12,7 @@ those step hashes.
 ``record`` plays every game through raw textworld (``textworld.start`` per game, alfworld's wrappers, nothing
 cached; ~3 CPU-s per game) and writes the traces with the versions of the engine packages and a hash of each
 game's files; finished games go to ``<out>.partial`` as they come, and a cut-off run resumes from there. ``check`` plays every game through the cached engine (engines reused across games) and reports
-every game whose trace differs; the test suite runs the same comparison (``tests/core/test_alfworld_identity.py``).
+every game whose trace differs; the test suite runs the same comparison (``tests/core/envs/test_alfworld_identity.py``).
 Both fan out over worker processes (``--workers``) and print progress.
 """
 

@@ -121,7 +121,7 @@ def curate_turns(group_size: int, name: str = "forced-tips") -> list[str]:
     insert a skill, update it at each later position but the last, delete it at the last; every operation applies
     to the rollout's repository. In the per_position shape every position gets the first turn (the insert): it
     applies at position 1 and is an invalid insert of an existing name after it."""
-    from twinrun.core.toolcalls import format_curate_call
+    from twinrun.core.curation.toolcalls import format_curate_call
     from twinrun.models.warmstart import FINAL_REPLY
 
     def body(text: str) -> str:

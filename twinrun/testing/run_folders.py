@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from twinrun.core.run_lock import LOCK_NAME
+from twinrun.core.records.lock import LOCK_NAME
 
 
 def folder_digest(root: str | Path) -> dict[str, str]:

@@ -24,8 +24,8 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from twinrun.core.sft_data import first_observation_text, parse_action, render_reply
-from twinrun.core.template_copy import normalize_action
+from twinrun.core.sft.data import first_observation_text, parse_action, render_reply
+from twinrun.core.sft.template_copy import normalize_action
 
 LITERAL_COPY = "open/close OBJ"
 

@@ -1,7 +1,7 @@
 """One parity comparison: the same recorded rollouts through TRL's and verl's real update, then the weights.
 
 Flow: recorded rollouts (a run's rollouts.jsonl; recorded here with the TRL backend when none is given) ->
-core's replay batches (:mod:`twinrun.core.replay`: tokens, masks, rewards, core advantages) -> each backend's
+core's replay batches (:mod:`twinrun.core.advantages.replay`: tokens, masks, rewards, core advantages) -> each backend's
 ``replay`` (registry; TRL in this process, verl in a child) from the same starting weights with a fresh optimizer
 -> the gradient each optimizer update applied (after clipping) and the weights after training step 1 and the last
 step -> ``||g_trl - g_verl|| / ||g_trl||`` and ``||dW_trl - dW_verl|| / ||dW_trl||`` per tensor group and in total,
@@ -29,7 +29,7 @@ import numpy as np
 
 from twinrun.core.errors import TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text
-from twinrun.core.replay import check_replayable, describe, load_replay
+from twinrun.core.advantages.replay import check_replayable, describe, load_replay
 from twinrun.app.parity.weights import update_difference
 
 DEFAULT_TOL = 1e-4

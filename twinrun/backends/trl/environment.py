@@ -2,7 +2,7 @@
 
 TRL 1.16 turns every public function of the environment class (except ``reset`` / ``get_reward``) into a tool
 (``inspect.getmembers(type(env), inspect.isfunction)``, names not starting with ``_``). The curator must see
-exactly ONE tool, ``curate`` (core's :data:`~twinrun.core.toolcalls.CURATE_TOOL`), so
+exactly ONE tool, ``curate`` (core's :data:`~twinrun.core.curation.toolcalls.CURATE_TOOL`), so
 :class:`CuratorEnvironment` has exactly three public functions: ``reset``, ``curate`` and nothing else; every helper
 lives on the broker or is private. ``tests/backends/test_trl_environment.py`` asserts the surface TRL discovers.
 The reward is not ``get_reward`` (TRL would add it as a second reward function next to the pinned
@@ -32,9 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinrun.core.curation import CurationResult, CurationRuntime, CurationSession, TaskGroup
+from twinrun.core.curation.session import CurationResult, CurationRuntime, CurationSession, TaskGroup
 from twinrun.core.errors import TwinrunError
-from twinrun.core.toolcalls import CURATE
+from twinrun.core.curation.toolcalls import CURATE
 
 # The tools TRL may discover on CuratorEnvironment. A test compares TRL's own discovery with this.
 TOOL_NAMES = (CURATE,)

@@ -12,7 +12,7 @@ One generation batch (:class:`PerPositionGRPOTrainer`):
    ``rollout_func`` only the prompts.
 2. TRL calls the ``rollout_func`` = :meth:`PositionStepper.run`: every local rollout starts (position 1 played
    concurrently); whenever a rollout's episode at position p has ended, its prompt is rendered by core
-   (:func:`~twinrun.core.context_shape.session_messages`: chi_p and a window of ``curator.history`` earlier
+   (:func:`~twinrun.core.curation.context_shape.session_messages`: chi_p and a window of ``curator.history`` earlier
    (input, turn) pairs), tokenised with the tokenizer's own chat template and the ``curate`` tool, and generated
    with the trainer's own generation path (``_generate_single_turn``: transformers or vLLM) together with every
    other rollout waiting at that moment, each at its own position (no barrier between positions: the executor
@@ -24,7 +24,7 @@ One generation batch (:class:`PerPositionGRPOTrainer`):
    Under vLLM colocate with sleep mode, vLLM stays awake for the whole position loop (:func:`vllm_awake_for_step`):
    one weight sync per step, not one per generation call; ``weight_syncs`` per step are in trl_log.jsonl.
 3. Extra fields reach the one reward function per slot: a slot's reward is its rollout's composite reward.
-4. After TRL's scoring, core's per-row advantages (:func:`~twinrun.core.training_rows.row_advantages` over the
+4. After TRL's scoring, core's per-row advantages (:func:`~twinrun.core.advantages.training_rows.row_advantages` over the
    batch gathered from every process) replace TRL's; rows.jsonl records each trained row.
 """
 
@@ -49,11 +49,11 @@ from twinrun.backends.trl.trainer import (
     check_step,
     gathered_advantages,
 )
-from twinrun.core.curation import CurationResult, CurationRuntime, CurationSession, TaskGroup
+from twinrun.core.curation.session import CurationResult, CurationRuntime, CurationSession, TaskGroup
 from twinrun.core.errors import TwinrunError
-from twinrun.core.context_shape import ids_digest, prompt_token_ids, session_messages
-from twinrun.core.toolcalls import CURATE_TOOL
-from twinrun.core.training_rows import RowScore, TrainingRowRecord, rollout_rows, row_advantages
+from twinrun.core.curation.context_shape import ids_digest, prompt_token_ids, session_messages
+from twinrun.core.curation.toolcalls import CURATE_TOOL
+from twinrun.core.advantages.training_rows import RowScore, TrainingRowRecord, rollout_rows, row_advantages
 
 TOTAL_FIELD = "twinrun_total"  # rollout_func extra field: the slot's rollout reward (TRL hands it to the reward)
 

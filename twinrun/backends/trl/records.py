@@ -21,18 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.errors import TwinrunError
-from twinrun.core.records import (
-    JsonlWriter,
-    Provenance,
-    RunPaths,
-    StepMetrics,
-    atomic_write_text,
-    curation_step_metrics,
-    finite_or_none,
-    mean_finite,
-    publishing_dir,
-    read_jsonl,
-)
+from twinrun.core.records import JsonlWriter, Provenance, RunPaths, StepMetrics, atomic_write_text, publishing_dir, read_jsonl
+from twinrun.core.advantages.step_metrics import curation_step_metrics, finite_or_none, mean_finite
 
 TRL_DIR = "trl"
 RESOLVED_CONFIG = "resolved_config.json"

@@ -3,7 +3,7 @@
 TRL's own hook for bringing your own rollouts is ``GRPOTrainer(rollout_func=...)``: it receives the prompts of a
 generation batch and returns their prompt ids, completion ids and (optionally) an ``env_mask`` (1 = model token,
 0 = environment token), which TRL applies as its tool mask. :func:`replay` hands it the recorded tokens of each
-training step (core's :mod:`twinrun.core.replay`; per_position: one row per (rollout, position) in TRL's slot
+training step (core's :mod:`twinrun.core.advantages.replay`; per_position: one row per (rollout, position) in TRL's slot
 layout, ``num_generations = N x |G|`` as in training), a reward function hands back the recorded rewards, and core's
 advantages replace TRL's (the production backend does the same, `trainer.TwinrunGRPOTrainer` and
 `per_position.PerPositionGRPOTrainer`; under GiGPO TRL's own group statistics would differ). Everything after
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.errors import TwinrunError
-from twinrun.core.replay import ReplayStep, merge_ratio_stats, ratio_stats
+from twinrun.core.advantages.replay import ReplayStep, merge_ratio_stats, ratio_stats
 
 # GRPOConfig keys that make the replay a CPU fp32 run whatever the spec's resources say
 _CPU_FP32 = {"bf16": False, "fp16": False, "use_cpu": True, "use_vllm": False, "gradient_checkpointing": False}

@@ -1,6 +1,6 @@
 """Trajectory SFT under TRL 1.16 (`SFTTrainer`, assistant-only loss) from the shared plan.
 
-TRL gets the already tokenized sequences and their loss masks from :mod:`twinrun.core.sft_data` as
+TRL gets the already tokenized sequences and their loss masks from :mod:`twinrun.core.sft.data` as
 ``input_ids`` + ``assistant_masks`` columns: SFTTrainer skips its own tokenization for processed data and turns
 ``assistant_masks`` into labels (-100 elsewhere), the mechanism its ``assistant_only_loss`` drives (the flag
 itself is refused for pre-tokenized rows, so it stays off; the column applies regardless). Tokenizing in core
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.records import JsonlWriter, provenance, read_jsonl
-from twinrun.core.sft_data import SFTStepMetrics
+from twinrun.core.sft.data import SFTStepMetrics
 from twinrun.backends.sft_plan import (
     VERL_SAMPLER_SEED,
     PreparedSFT,

@@ -4,7 +4,7 @@ A TRL tool-loop completion is one token sequence: the curator's turn 1, the tool
 ``tool_mask``), turn 2, ... So the curator's turns are the maximal runs of loss-carrying tokens
 (``completion_mask * tool_mask == 1``). Segment ``r`` is the ``r``-th assistant message, and the broker logged which
 position each ``curate`` call of which segment applied to; core's
-:func:`~twinrun.core.policy_input.segment_positions` maps segments to positions and this module turns that into a
+:func:`~twinrun.core.curation.policy_input.segment_positions` maps segments to positions and this module turns that into a
 ``(B, T)`` advantage.
 """
 

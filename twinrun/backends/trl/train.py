@@ -73,12 +73,12 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
     )
     from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
     from twinrun.core.advantages import estimator_config
-    from twinrun.core.curation import CurationRuntime
+    from twinrun.core.curation.session import CurationRuntime
     from twinrun.core.records import RunPaths, guard_run_dir, provenance
-    from twinrun.core.rewards import token_counter
-    from twinrun.core.run_dir import restart_line, start_run_dir
-    from twinrun.core.run_lock import check_unlocked, folder_lock
-    from twinrun.core.tracking import step_reporter
+    from twinrun.core.rewards.composite import token_counter
+    from twinrun.core.records.run_dir import restart_line, start_run_dir
+    from twinrun.core.records.lock import check_unlocked, folder_lock
+    from twinrun.core.records.tracking import step_reporter
     from twinrun.models.warmstart import final_tool_result, resolve_curator_model
 
     t_start = time.perf_counter()
@@ -237,7 +237,7 @@ def preflight(spec: Any, out_dir: str | Path, *, resume: bool, cache_dir: str | 
     compared by rank 0 (still before any write): GRPOConfig derives some values (generation_batch_size) from the
     world size, which this one process does not have."""
     from twinrun.core.records import RunPaths, guard_run_dir
-    from twinrun.core.run_lock import check_unlocked
+    from twinrun.core.records.lock import check_unlocked
     from twinrun.models.warmstart import resolve_curator_model
 
     paths = RunPaths(Path(out_dir))

@@ -2,7 +2,7 @@
 
 What it changes, and nothing else:
 
-1. The prompt's tool list is core's :data:`~twinrun.core.toolcalls.CURATE_TOOL` (the exact schema verl renders),
+1. The prompt's tool list is core's :data:`~twinrun.core.curation.toolcalls.CURATE_TOOL` (the exact schema verl renders),
    not TRL's docstring-derived schema of ``CuratorEnvironment.curate``. Dispatch is TRL's own (by method name).
 2. Before generation, every rollout of the batch gets its rollout index (its place in its group, from TRL's
    contiguous group layout) and its session is started (position 1 played concurrently). After TRL's tool loop and
@@ -30,14 +30,14 @@ from trl import GRPOTrainer
 from twinrun.backends.trl.environment import SessionBroker
 from twinrun.backends.trl.token_advantages import model_segments, spread_advantages
 from twinrun.core.advantages import EstimatorConfig, compute_advantages
-from twinrun.core.context_shape import ids_digest, position_messages
-from twinrun.core.curation import CurationResult
+from twinrun.core.curation.context_shape import ids_digest, position_messages
+from twinrun.core.curation.session import CurationResult
 from twinrun.core.errors import TwinrunError
-from twinrun.core.policy_input import segment_positions
+from twinrun.core.curation.policy_input import segment_positions
 from twinrun.core.records import SequenceTokens
-from twinrun.core.step_health import StepCounts, check_step_health
-from twinrun.core.toolcalls import CURATE_TOOL
-from twinrun.core.training_rows import TrainingRowRecord
+from twinrun.core.advantages.step_health import StepCounts, check_step_health
+from twinrun.core.curation.toolcalls import CURATE_TOOL
+from twinrun.core.advantages.training_rows import TrainingRowRecord
 
 
 class DecayEveryParameter:

@@ -39,7 +39,7 @@ from verl.utils.profiler import simple_timer
 from twinrun.backends.verl.estimators import RolloutTag, encode_uid
 from twinrun.backends.verl.loop_manager import TAG_FIELD
 from twinrun.backends.verl.session import CurationContext
-from twinrun.core.policy_input import segment_positions  # which positions a curator turn's tokens stand for
+from twinrun.core.curation.policy_input import segment_positions  # which positions a curator turn's tokens stand for
 from twinrun.core.records import SequenceTokens
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.parent_death import dying_with_parent
+from twinrun.core.records.parent_death import dying_with_parent
 
 POLL_S = 2.0  # how often the parent reads the child's step log (live progress)
 

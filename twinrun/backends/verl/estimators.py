@@ -11,11 +11,11 @@ the curator agent loop (agent_loop.py) tags each rollout as ``"<prompt uid>|<jso
 - ``a``: per-position anchors (hash of the curator input chi_i; GiGPO's step groups),
 - ``v``: per-position "the curator turn made a valid call" (``algorithm.invalid_penalty``),
 - ``s``: per curator turn (run of ``response_mask == 1``), the 1-based positions whose advantage its tokens carry
-  (core's rule, `twinrun.core.policy_input.segment_positions`, shared with the TRL backend: the positions its ``curate``
+  (core's rule, `twinrun.core.curation.policy_input.segment_positions`, shared with the TRL backend: the positions its ``curate``
   calls applied to; a turn whose calls reached no position, e.g. the closing reply, carries the pending one),
 - ``e``/``u``: executor episodes the rollout played / of which unmeasured, ``t``: positions played without a
   curator turn: the estimator sees the whole step before the update, so it applies core's step gates there
-  (`twinrun.core.step_health`: ``executor.max_unmeasured_share`` raises InfrastructureError,
+  (`twinrun.core.advantages.step_health`: ``executor.max_unmeasured_share`` raises InfrastructureError,
   ``curator.max_missing_turn_share`` MissingTurnsError), aborting the run before an update on too little.
 
 A row's curator turns are the runs of ``response_mask == 1`` (observations between them are masked 0); GiGPO writes
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from twinrun.core.training_rows import RowScore, row_advantages
+from twinrun.core.advantages.training_rows import RowScore, row_advantages
 
 logger = logging.getLogger(__name__)
 
@@ -152,8 +152,8 @@ def _estimator_config(estimator: str, config: Any) -> tuple[Any, dict[str, float
 
 
 def check_health(tags: list[RolloutTag], gates: dict[str, float]) -> None:
-    """Core's step gates (`twinrun.core.step_health.check_step_health`) over the step's rollouts."""
-    from twinrun.core.step_health import StepCounts, check_step_health
+    """Core's step gates (`twinrun.core.advantages.step_health.check_step_health`) over the step's rollouts."""
+    from twinrun.core.advantages.step_health import StepCounts, check_step_health
 
     counts = StepCounts(episodes=sum(t.episodes for t in tags), unmeasured=sum(t.unmeasured for t in tags),
                         positions=sum(len(t.step_rewards) for t in tags),

@@ -16,14 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.advantages import estimator_config
-from twinrun.core.records import (
-    RunPaths,
-    StepMetrics,
-    atomic_write_text,
-    curation_step_metrics,
-    provenance,
-    read_jsonl,
-)
+from twinrun.core.records import RunPaths, StepMetrics, atomic_write_text, provenance, read_jsonl
+from twinrun.core.advantages.step_metrics import curation_step_metrics
 
 # neutral StepMetrics field -> verl 0.9.1 metric name (trainer/ppo/v1/trainer_base.py, workers/utils/losses.py)
 VERL_NAMES = {
@@ -71,7 +65,7 @@ def step_rows(spec: Any, verl_steps: dict[int, dict[str, Any]], rollouts: list[d
     """One StepMetrics per verl step that has a log row (steps in increasing order).
 
     The curation fields are computed by the very function the TRL backend uses
-    (`twinrun.core.records.curation_step_metrics`), so reward means, terms, episode counts mean
+    (`twinrun.core.advantages.step_metrics.curation_step_metrics`), so reward means, terms, episode counts mean
     the same on both backends; the training fields are verl's (`VERL_NAMES`, `VERL_TIMINGS`). Tool calls are
     counted from the records (one per ``curate`` call that reached the session); TRL counts them from its own
     log, and also counts calls of unknown tools, which never reach the session."""

@@ -33,7 +33,7 @@ from verl.utils.profiler import simple_timer
 from twinrun.backends.verl.estimators import RolloutTag, encode_uid
 from twinrun.backends.verl.loop_manager import TAG_FIELD
 from twinrun.backends.verl.names import MESSAGES_FIELD, ROW_TOKENS_KEY
-from twinrun.core.context_shape import prompt_token_ids, session_messages
+from twinrun.core.curation.context_shape import prompt_token_ids, session_messages
 from twinrun.core.records import SequenceTokens
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from twinrun.backends.verl.metrics import step_rows
 from twinrun.core.records import JsonlTail, RunPaths, atomic_write_text, read_jsonl
-from twinrun.core.tracking import StepReporter
+from twinrun.core.records.tracking import StepReporter
 
 
 class VerlProgress:

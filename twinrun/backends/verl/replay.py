@@ -42,7 +42,7 @@ from typing import Any
 
 from twinrun.core.errors import TwinrunError
 from twinrun.core.records import atomic_write_text
-from twinrun.core.replay import ReplayRow, ReplayStep
+from twinrun.core.advantages.replay import ReplayRow, ReplayStep
 
 PROGRESS = "twinrun-replay: "  # child stdout lines with this prefix are progress for the console
 A = "actor_rollout_ref.actor"
@@ -198,7 +198,7 @@ def _observe_policy_loss(seen: list[Any]) -> None:
         fn = original(name)
 
         def observed(old_log_prob: Any, log_prob: Any, advantages: Any, response_mask: Any, *a: Any, **kw: Any) -> Any:
-            from twinrun.core.replay import ratio_stats
+            from twinrun.core.advantages.replay import ratio_stats
 
             seen.append(ratio_stats((log_prob - old_log_prob).detach()[response_mask.bool()].cpu().numpy()))
             return fn(old_log_prob, log_prob, advantages, response_mask, *a, **kw)
@@ -230,7 +230,7 @@ def _worker(job_path: str) -> None:
     from verl.workers.engine_workers import ActorRolloutRefWorker
     from verl.workers.utils.padding import response_from_nested, response_to_nested
 
-    from twinrun.core.replay import merge_ratio_stats
+    from twinrun.core.advantages.replay import merge_ratio_stats
 
     job = json.loads(Path(job_path).read_text(encoding="utf-8"))
     out = Path(job["out_dir"])

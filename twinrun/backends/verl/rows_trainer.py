@@ -9,7 +9,7 @@ normaliser (``global_batch_size``) would count a |G|-th of the rows. This traine
 ``trainer.twinrun_rows_per_rollout`` (|G| for per_position, 1 for accumulated) for the span of the update, and
 nothing else: the update is verl's own.
 
-It also writes ``rows.jsonl`` (core's :class:`~twinrun.core.training_rows.TrainingRowRecord`): every row the actor is
+It also writes ``rows.jsonl`` (core's :class:`~twinrun.core.advantages.training_rows.TrainingRowRecord`): every row the actor is
 about to train, read back from the TransferQueue after the advantage step (prompt token digest, the tagged
 (rollout, position), the advantage on its tokens: the first token's, and every loss token's run-length encoded in
 ``token_advantages``), so a test can hold the trained rows against core's records token by token.
@@ -71,9 +71,9 @@ class RowsTrainer(PPOTrainerSync):
         if not run_dir:
             return
         from twinrun.backends.verl.estimators import decode_uid
-        from twinrun.core.context_shape import ids_digest
+        from twinrun.core.curation.context_shape import ids_digest
         from twinrun.core.records import JsonlWriter, RunPaths
-        from twinrun.core.training_rows import TrainingRowRecord, token_runs
+        from twinrun.core.advantages.training_rows import TrainingRowRecord, token_runs
 
         keep = bool(self.config.trainer.get(ROW_TOKENS_KEY, False))
         fields = ["uid", "prompts", "responses", "response_mask", "advantages"] + (["extra_fields"] if keep else [])

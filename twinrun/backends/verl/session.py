@@ -41,11 +41,11 @@ class CurationContext:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, spec_path: str, run_dir: str, spec_dir: str | None, tokenizer: Any):
-        from twinrun.core.curation import CurationRuntime
+        from twinrun.core.curation.session import CurationRuntime
         from twinrun.core.records import provenance
-        from twinrun.core.rewards import token_counter
+        from twinrun.core.rewards.composite import token_counter
         from twinrun.core.spec import load_spec
-        from twinrun.core.toolcalls import CURATE, CURATE_TOOL
+        from twinrun.core.curation.toolcalls import CURATE, CURATE_TOOL
         from twinrun.models.warmstart import final_tool_result
 
         self.spec = load_spec(spec_path)
@@ -91,7 +91,7 @@ class CurationContext:
         """The turn's tool calls as TRL's tool loop would execute them: none when the turn has no
         ``<tool_call>`` block, and none when any block is malformed (TRL's `parse_response` then falls back to
         plain text for the whole turn)."""
-        from twinrun.core.toolcalls import parse_tool_calls
+        from twinrun.core.curation.toolcalls import parse_tool_calls
 
         calls = parse_tool_calls(text)
         if any(c.error or not isinstance(c.name, str) or not isinstance(c.arguments, dict) for c in calls):

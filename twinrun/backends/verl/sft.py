@@ -29,7 +29,7 @@ from typing import Any
 
 from twinrun.core.errors import TwinrunError
 from twinrun.core.records import JsonlWriter, atomic_write_json, provenance, read_jsonl
-from twinrun.core.sft_data import SFTStepMetrics
+from twinrun.core.sft.data import SFTStepMetrics
 from twinrun.backends.sft_plan import PreparedSFT, export_hf_checkpoint, prepare_sft, scheduled_lr, start_run_dir
 
 VERL_CONFIG_NAME = "sft_trainer_engine"

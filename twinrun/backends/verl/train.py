@@ -50,10 +50,10 @@ from twinrun.backends.verl.names import (
 from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
-from twinrun.core.run_dir import restart_line, start_run_dir
-from twinrun.core.run_lock import check_unlocked, folder_lock
-from twinrun.core.step_health import MissingTurnsError
-from twinrun.core.tracking import step_reporter
+from twinrun.core.records.run_dir import restart_line, start_run_dir
+from twinrun.core.records.lock import check_unlocked, folder_lock
+from twinrun.core.advantages.step_health import MissingTurnsError
+from twinrun.core.records.tracking import step_reporter
 
 R = vconfig.R
 CONFIG_VERSION = 1
@@ -291,7 +291,7 @@ def _first_difference(old: Any, new: Any, prefix: str = "") -> str:
 
 def task_group_rows(spec: Any) -> list[dict[str, Any]]:
     """The training data: core's task groups for every step, in order, as verl dataset rows."""
-    from twinrun.core.curation import TaskGroupSampler
+    from twinrun.core.curation.session import TaskGroupSampler
     from twinrun.core.envs import make_catalog
 
     env = spec.environment

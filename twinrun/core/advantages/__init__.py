@@ -26,6 +26,10 @@ The package splits by concept: :mod:`.arrays` (input checks, label codes, group 
 (discounted returns, anchor step groups), :mod:`.estimators` (GRPO, Dr. GRPO, RLOO, GiGPO) and :mod:`.presets`
 (EstimatorConfig, the presets, :func:`compute_advantages`). Every name, public or private, stays importable from
 ``twinrun.core.advantages``.
+
+The training step's arithmetic lives here too: GiGPO anchors (:mod:`.anchors`), training rows (:mod:`.training_rows`),
+step metrics and gates (:mod:`.step_metrics`, :mod:`.in_flight`, :mod:`.step_health`), replay batches for parity
+(:mod:`.replay`) and `twinrun advdiff` (:mod:`.advdiff`). May import: errors, spec, records.
 """
 
 from __future__ import annotations

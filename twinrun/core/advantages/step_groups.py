@@ -91,7 +91,7 @@ def _similarity_clusters(texts: list[str], threshold: float) -> np.ndarray:
       once as one numpy minimum over character-count rows; a representative whose bound is below the threshold
       cannot match, so only the rest are compared, in cluster order;
     * ``ratio`` itself comes from cydifflib, a compiled port of CPython's difflib (same matching blocks, same
-      autojunk rule), 5-6x faster (tests/core/test_anchor_similarity.py checks the clusters against the stdlib on
+      autojunk rule), 5-6x faster (tests/core/advantages/test_anchor_similarity.py checks the clusters against the stdlib on
       varied texts, and bench/advantages.py against verl-agent's loop)."""
     from cydifflib import SequenceMatcher as FastMatcher
 

@@ -36,6 +36,10 @@ Modules: ``model`` (settings, tables), ``load`` (sweep arms, summary CSVs), ``st
 ``streams`` (pure statistics, no I/O), ``families`` (multiplicity), ``curves`` (per-run curves and pairs),
 ``verdict`` (the rule), ``frameworks`` (seeds), ``games`` / ``summary`` (the two kinds of input), ``transfer``
 (across executors), ``render`` (JSON), ``synthetic`` (sweeps with a known truth, the planted cases).
+
+The report, its figures, the model card and what a tracker shows live here too (:mod:`.report`, :mod:`.plots`,
+:mod:`.card`, :mod:`.track_results`). May import: errors, spec, records, envs, executors, skills, rewards,
+advantages, curation, sweeps.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def write_sweep(table: GameTable, folder: str | Path, *, executor: str | None = 
     """Write a synthetic table as a sweep folder (``arms/<arm>.jsonl``, the rows `twinrun sweep` writes), so the
     CLI reads it like a real sweep."""
     from twinrun.core.records import JsonlWriter, provenance
-    from twinrun.core.sweep import EvalRecord
+    from twinrun.core.sweeps.sweep import EvalRecord
 
     out = Path(folder)
     n = table.outcomes.shape[1]

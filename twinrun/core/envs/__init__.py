@@ -2,6 +2,8 @@
 and the worker pool that runs them.
 
 Engines are imported lazily: importing this package needs neither alfworld nor scienceworld.
+
+May import: errors, spec, records. :mod:`.task_groups` draws the GRPO task groups from a catalogue.
 """
 
 from __future__ import annotations

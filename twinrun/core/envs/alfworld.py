@@ -9,7 +9,7 @@ Each game is played with ``textworld.start(game, wrappers=[AlfredDemangler(shuff
 AlfredExpert(expert_type=...)])``. ``expert_type`` is passed by keyword: alfworld 0.4.2's own ``AlfredTWEnv`` passes
 it positionally and silently ignores it. Raw textworld re-translates the game's PDDL on every reset and re-parses
 its grammar on every step; :mod:`.alfworld_engine` caches both per game and reuses started engines, with the same
-observations, admissible commands, scores and expert plans (``tests/core/test_alfworld_identity.py`` checks all
+observations, admissible commands, scores and expert plans (``tests/core/envs/test_alfworld_identity.py`` checks all
 474 test games against recorded raw traces). textworld is not thread-safe: use one env per thread, parallelise with
 processes (:mod:`.pool`).
 

@@ -1,4 +1,4 @@
-"""Executors: the frozen agent that plays the games with retrieved skills. One loop (:mod:`twinrun.core.react`),
+"""Executors: the frozen agent that plays the games with retrieved skills. One loop (:mod:`twinrun.core.executors.react`),
 three policies, one episode record.
 
 - ``openai`` (:mod:`.openai_http`): any OpenAI-compatible chat endpoint (a vLLM server in real runs).
@@ -8,6 +8,9 @@ three policies, one episode record.
 
 Every episode records the decoding its calls carried and what the server applied (:mod:`.sampling`); all async
 work runs on one :class:`BackgroundLoop` (:mod:`.loop`).
+
+May import: errors, spec, records, envs. The ReAct loop is :mod:`.react`; :mod:`.endpoints` is the one
+HTTP client and retry policy for every OpenAI-compatible endpoint (executor, judge, teacher).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from twinrun.core.executors.hf import HFPolicy
 from twinrun.core.executors.loop import BackgroundLoop
 from twinrun.core.executors.openai_http import OpenAIPolicy
 from twinrun.core.executors.scripted import ScriptedPolicy
-from twinrun.core.react import AsyncEnv, Episode, ExecutorPrompts, play_episode
+from twinrun.core.executors.react import AsyncEnv, Episode, ExecutorPrompts, play_episode
 
 
 @dataclass

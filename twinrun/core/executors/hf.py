@@ -17,7 +17,7 @@ from twinrun.core.errors import DependencyMissing, InfrastructureError, TwinrunE
 from twinrun.core.executors.openai_http import print_warning
 from twinrun.core.executors.sampling import ServerDefaults, decoding_warning, sampling_record
 from twinrun.core.records import SamplingRecord
-from twinrun.core.react import TurnView
+from twinrun.core.executors.react import TurnView
 
 # generation_config attributes a sampling run reads when generate() is not given them
 _FROM_GENERATION_CONFIG = ("top_k", "min_p", "repetition_penalty")

@@ -1,7 +1,7 @@
 """The ``openai`` executor policy: any OpenAI-compatible chat endpoint (a vLLM server in real runs).
 
 Async; one slot queue bounds the in-flight calls of *every* episode sharing the policy (all episodes of a
-training step); per-call timeout; retries by the one policy of :mod:`twinrun.core.endpoints` (timeouts, connection
+training step); per-call timeout; retries by the one policy of :mod:`twinrun.core.executors.endpoints` (timeouts, connection
 errors, 408/409/425/429, 5xx and unreadable answers; exponential backoff with jitter). A call that still fails
 raises InfrastructureError -> the episode is ``unmeasured`` with the reason. No action is ever substituted.
 
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from twinrun.core.endpoints import (
+from twinrun.core.executors.endpoints import (
     AiohttpTransport,
     EndpointFailed,
     Fatal,
@@ -32,7 +32,7 @@ from twinrun.core.executors.sampling import (
     ServerDefaults, decoding_warning, sampling_record, vllm_assumed_defaults, vllm_server_defaults,
 )
 from twinrun.core.records import SamplingRecord
-from twinrun.core.react import TurnView
+from twinrun.core.executors.react import TurnView
 
 
 def print_warning(line: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from twinrun.core.errors import TwinrunError
 from twinrun.core.executors.skill_effect import expert_chance, relevance
-from twinrun.core.react import TurnView
+from twinrun.core.executors.react import TurnView
 
 
 class ScriptedPolicy:

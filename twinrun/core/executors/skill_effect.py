@@ -100,7 +100,7 @@ def relevance_of(skill: SkillText, task_type: str) -> float:
 
 
 def split_skills(skills_text: str) -> list[SkillText]:
-    """The retrieved skills of an executor prompt (:func:`twinrun.core.skills.render_for_prompt`: SKILL.md texts
+    """The retrieved skills of an executor prompt (:func:`twinrun.core.skills.repository.render_for_prompt`: SKILL.md texts
     joined by a blank line) as (header, body) pairs. A chunk without frontmatter has an empty header."""
     text = (skills_text or "").strip()
     if not text or text == "(none)":

@@ -5,6 +5,8 @@ optimiser, lengths) and never *how a framework spells it*. Backends derive their
 (`twinrun.backends.<name>.compile`) and `twinrun plan` refuses a spec whose realised per-step counts differ.
 
 Errors are one line each: ``<field.path>: <value> <rule> (fix: ...)``; see :class:`SpecError`.
+
+May import: errors (the bottom of core: every other concept package may import it).
 """
 
 

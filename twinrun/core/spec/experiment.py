@@ -21,7 +21,7 @@ from twinrun.core.spec.tracking import TrackingSpec
 
 
 # sections that say where results are shown or how checkpoints are measured, not what is trained: outside the spec
-# hash and the training resume check (a sweep folder checks its own stream count: twinrun.core.sweep_plan)
+# hash and the training resume check (a sweep folder checks its own stream count: twinrun.core.sweeps.plan)
 UNHASHED_SECTIONS = ("tracking", "sweep")
 
 

@@ -1,0 +1,87 @@
+"""plots and report: PNGs are written (real matplotlib Agg), report.md carries the tables, verdicts and figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from twinrun.core.compare import plots
+from twinrun.core.compare import CompareSettings, compare_games, synthetic_game_table
+from twinrun.core.records import JsonlWriter, StepMetrics, provenance
+from twinrun.core.compare.report import write_report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+SHAPE = [0.0, 1.0, 0.3, -0.6, 0.6]
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    table = synthetic_game_table({"trl": SHAPE, "verl": SHAPE}, seed=0, unmeasured_share=0.15)
+    return compare_games(table, "baseline", CompareSettings(n_boot=500))
+
+
+def _metrics(path: Path, backend: str, steps: int, kl: bool) -> Path:
+    with JsonlWriter(path, fsync=False) as w:
+        for s in range(1, steps + 1):
+            w.write(StepMetrics(
+                step=s, backend=backend, reward_mean=0.1 * s, reward_std=0.05,
+                reward_terms={"r_task": 0.05 * s, "r_fc": 0.9, "r_cnt": None, "r_comp": 0.3},
+                positions_measured_mean=8.5, curation_rollouts=32, executor_episodes=320, executor_calls=3000 + s,
+                unmeasured_episodes=s % 2, optimizer_updates=1, entropy=1.0 / s, kl=0.01 * s if kl else None,
+                grad_norm=0.5, provenance=provenance(backend=backend),
+            ))
+    with open(path, "a") as f:  # a torn last line (crash mid-write) is skipped by the reader
+        f.write('{"kind": "step", "step": 99')
+    return path
+
+
+def test_lift_curves_png(result: dict, tmp_path: Path) -> None:
+    p = plots.plot_lift_curves(result, tmp_path / "lift.png")
+    assert p.read_bytes()[:8] == PNG and p.stat().st_size > 10_000
+
+
+def test_training_dynamics_of_two_backends(tmp_path: Path) -> None:
+    trl = _metrics(tmp_path / "trl.jsonl", "trl", 6, kl=False)
+    verl = _metrics(tmp_path / "verl.jsonl", "verl", 6, kl=True)
+    assert [r["step"] for r in plots.read_metrics(trl)] == [1, 2, 3, 4, 5, 6]
+    p = plots.plot_training_dynamics({"trl": trl, "verl": verl}, tmp_path / "dyn.png")
+    assert p.read_bytes()[:8] == PNG
+
+
+def test_report_has_tables_verdicts_flags_and_figures(result: dict, tmp_path: Path) -> None:
+    trl = _metrics(tmp_path / "trl.jsonl", "trl", 4, kl=True)
+    path = write_report(result, tmp_path / "out", metrics={"trl": trl, "missing": tmp_path / "nope.jsonl"},
+                        title="smoke")
+    text = path.read_text()
+    assert text.startswith("# smoke")
+    for needle in ("## Verdicts", "trl vs verl", "## Runs", "## Arms vs baseline", "Holm", "Cochran",
+                   "## Flags", "unmeasured", "figures/lift_curves.png", "figures/training_dynamics.png",
+                   "figures/peak_distribution.png"):
+        assert needle in text, needle
+    for fig in ("lift_curves.png", "training_dynamics.png", "peak_distribution.png"):
+        assert (tmp_path / "out" / "figures" / fig).read_bytes()[:8] == PNG
+    again = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert again["pairs"][0]["verdict"] == result["pairs"][0]["verdict"]
+    # a report can be re-rendered from the saved compare.json alone
+    assert write_report(tmp_path / "out" / "compare.json", tmp_path / "out2").exists()
+
+
+def test_lift_curves_tick_the_checkpoint_steps(result: dict, tmp_path: Path, monkeypatch) -> None:
+    """The x axis shows the checkpoint steps, not fractional training steps (issue 17)."""
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or Path(path))
+    plots.plot_lift_curves(result, tmp_path / "lift.png")
+    steps = sorted({int(x) for cur in result["runs"].values() for x in cur["checkpoints"]})
+    ticks = list(saved[0].axes[0].get_xticks())
+    assert ticks == steps and all(float(t).is_integer() for t in ticks)
+
+
+def test_report_states_notes_under_the_title(result: dict, tmp_path: Path) -> None:
+    from twinrun.core.executors.skill_effect import stand_in_note
+
+    note = stand_in_note(0.4, 0.6)
+    text = write_report(result, tmp_path / "r", notes=[note], title="t").read_text()
+    assert text.startswith("# t\n\n" + note + "\n\nSource:") and "0.4 + 0.6 x relevance" in note
+    assert "skill-blind" in stand_in_note(0.6, 0.0)

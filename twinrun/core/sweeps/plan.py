@@ -1,0 +1,405 @@
+"""The sweep's plan (`sweep.json`, the manifest): which arms, which games, which checkpoints, with their content
+hashes, and the replicate streams every arm is played as. Split from :mod:`twinrun.core.sweeps.sweep` (which runs the
+arms and re-exports these names).
+
+**Streams** (docs/streams.md). With ``streams: R`` every checkpoint arm and the baseline is played R times on the
+same games; stream r is the arm's ``replicate`` (arm name suffix ``#r{r}`` for r > 0). Stream r has its own play
+order (a seeded permutation of the sweep's game list; stream 0 plays the list's own order), its own executor
+seeds (:func:`executor_seed`; stream 0's are the seeds a one-stream sweep uses) and its own curator sampling seed,
+and starts from an empty skill repository. Stream r of every arm shares that order and those executor seeds, so
+arms stay paired game by game within a stream. The manifest records each stream's order, order seed and seeds.
+A manifest written before streams existed has ``streams: null``: it resumes as one stream (its ``--replicates``
+arms, if any, in the sweep's order)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from twinrun.core.errors import TwinrunError
+from twinrun.core.records import RunPaths, atomic_write_json, read_jsonl, twinrun_version
+
+SWEEP_SCHEMA_VERSION = 1
+ARMS_DIR = "arms"
+MANIFEST = "sweep.json"
+BASELINE = "baseline"
+
+
+class SweepError(TwinrunError, ValueError):
+    """A sweep that cannot run as asked (one line: what, which value, fix)."""
+
+
+def games_hash(game_ids: Sequence[str]) -> str:
+    """sha256[:16] of the ordered game list: arms are paired only on the same list."""
+    return hashlib.sha256(json.dumps(list(game_ids)).encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Plan (the manifest)
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    arm: str
+    role: Literal["baseline", "checkpoint"]
+    replicate: int = 0
+    run: str | None = None
+    run_dir: str | None = None
+    backend: str | None = None
+    run_spec_hash: str | None = None
+    checkpoint_step: int | None = None
+    checkpoint_path: str | None = None
+    checkpoint_hash: str | None = None
+    checkpoint_stat: str | None = None  # fingerprint of names, sizes, mtimes (when to re-hash)
+    run_seed: int | None = None  # the training run's seed (its records' provenance, else its spec.yaml)
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """One replicate stream: every arm with ``replicate == stream`` plays the games in ``order`` (indices into
+    the sweep's game list) with these executor seeds (by index into the game list) and this curator seed."""
+
+    stream: int
+    order_seed: int | None  # None: the sweep's own order (stream 0)
+    order: list[int]
+    executor_seeds: list[int]
+    curator_seed: int
+
+
+@dataclass
+class SweepPlan:
+    sweep_id: str
+    spec_name: str
+    spec_hash: str
+    split: str
+    games: list[dict[str, Any]]  # GameRef.to_dict(), in play order
+    games_hash: str
+    executor_settings_hash: str | None
+    seed: int
+    created: float
+    twinrun_version: str
+    arms: list[ArmPlan] = field(default_factory=list)
+    executor: str | None = None  # the executor's name: what a comparison across executors tells sweeps apart by
+    schema_version: int = SWEEP_SCHEMA_VERSION
+    streams: int | None = None  # replicate streams per arm; None: a manifest written before streams (one stream)
+    stream_plans: list[StreamPlan] = field(default_factory=list)
+
+    @property
+    def game_ids(self) -> list[str]:
+        return [g["game_id"] for g in self.games]
+
+    def play_order(self, replicate: int) -> list[int]:
+        """Indices into the game list in the order stream `replicate` plays them (the list's own order for a
+        stream the manifest has no plan for: stream 0, and the replicate arms of a manifest older than streams)."""
+        for sp in self.stream_plans:
+            if sp.stream == replicate:
+                return list(sp.order)
+        return list(range(len(self.games)))
+
+    def arm(self, name: str) -> ArmPlan:
+        for a in self.arms:
+            if a.arm == name:
+                return a
+        raise SweepError(f"arm: {name!r} is not in sweep {self.sweep_id} (fix: one of {[a.arm for a in self.arms]})")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["arms"] = [asdict(a) for a in self.arms]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SweepPlan:
+        d = dict(d)
+        arms = [ArmPlan(**a) for a in d.pop("arms", [])]
+        streams = [StreamPlan(**sp) for sp in d.pop("stream_plans", None) or []]
+        return cls(**d, arms=arms, stream_plans=streams)
+
+
+def load_plan(out_dir: str | Path) -> SweepPlan | None:
+    p = Path(out_dir) / MANIFEST
+    if not p.exists():
+        return None
+    try:
+        return SweepPlan.from_dict(json.loads(p.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, TypeError) as e:
+        raise SweepError(f"{p}: not a sweep manifest ({e}; fix: use a new --out folder)") from None
+
+
+def select_games(games: Sequence[Any], n: int | None, seed: int) -> list[Any]:
+    """The sweep's game list: a fixed, seeded, type-stratified subset of `n` games (all when n is None), in a
+    seeded play order. Stratified: each task type gets its share of n by largest remainder (at least one when
+    n allows), drawn with a seed of its own, so the subset is the same in every process."""
+    from twinrun.core.curation.session import stable_int
+
+    by_type: dict[str, list[Any]] = {}
+    for g in sorted(games, key=lambda g: g.game_id):
+        by_type.setdefault(g.task_type, []).append(g)
+    total = sum(len(v) for v in by_type.values())
+    if n is None or n >= total:
+        chosen = [g for v in by_type.values() for g in v]
+    else:
+        types = sorted(by_type)
+        quota = {t: n * len(by_type[t]) / total for t in types}
+        take = {t: int(quota[t]) for t in types}
+        for t in sorted(types, key=lambda t: (-(quota[t] - take[t]), t))[: n - sum(take.values())]:
+            take[t] += 1
+        chosen = []
+        for t in types:
+            rng = random.Random(stable_int("sweep-games", seed, t))
+            chosen.extend(rng.sample(by_type[t], take[t]))
+    order = random.Random(stable_int("sweep-order", seed, len(chosen)))
+    chosen = sorted(chosen, key=lambda g: g.game_id)
+    order.shuffle(chosen)
+    return chosen
+
+
+def sweep_group_id(game_id: str) -> str:
+    """The task-group id a sweep plays a game under: the same in every arm, so the executor's seed of a game is
+    shared by the arms of one stream (common random numbers)."""
+    return f"sweep:{game_id}"
+
+
+def executor_seed(seed: int, game_id: str, stream: int) -> int:
+    """The executor's sampling seed for `game_id` in stream `stream` (the curation session's seed at position 1,
+    rollout index = stream): stream 0's is the seed a one-stream sweep always used."""
+    from twinrun.core.envs.task_groups import rollout_episode_seed
+
+    return rollout_episode_seed(seed, sweep_group_id(game_id), stream, 1)
+
+
+def curator_seed(seed: int, stream: int) -> int:
+    """The checkpoint curator's sampling seed in stream `stream` (a generation's seed is derived from it and the
+    curator input: :class:`twinrun.core.sweeps.sweep.HFCuratorPolicy`)."""
+    return seed * 1000 + stream
+
+
+def stream_plan(seed: int, game_ids: Sequence[str], stream: int) -> StreamPlan:
+    """Stream 0 plays the sweep's order; stream r > 0 a permutation of the same games seeded by (sweep seed,
+    game list, r), so each stream's early games (those its first skills are written from) differ."""
+    from twinrun.core.curation.session import stable_int
+
+    order = list(range(len(game_ids)))
+    order_seed = None
+    if stream > 0:
+        order_seed = stable_int("sweep-stream-order", seed, games_hash(game_ids), stream)
+        random.Random(order_seed).shuffle(order)
+    return StreamPlan(stream=stream, order_seed=order_seed, order=order,
+                      executor_seeds=[executor_seed(seed, g, stream) for g in game_ids],
+                      curator_seed=curator_seed(seed, stream))
+
+
+def check_streams(out_dir: str | Path, streams: int) -> SweepPlan | None:
+    """Refuse (one line, before anything is written) a sweep folder planned with another number of streams; the
+    folder's manifest (None when there is none yet)."""
+    if streams < 1:
+        raise SweepError(f"--streams: {streams} (fix: 1 or more streams per arm)")
+    existing = load_plan(out_dir)
+    if existing is None:
+        return None
+    planned = 1 if existing.streams is None else existing.streams
+    if planned != streams:
+        raise SweepError(
+            f"--streams: {streams}, but {str(Path(out_dir))!r} holds sweep {existing.sweep_id} planned with "
+            f"streams={planned} (sweep.json) (fix: --streams {planned} (or sweep.streams: {planned}) to resume "
+            "it, or a new --out folder)"
+        )
+    return existing
+
+
+def discover_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``checkpoints/step-NNNNNN`` folders holding an HF model (config.json), by step. Hidden ``.step-*`` temp
+    folders (a checkpoint being written) are not checkpoints."""
+    root = RunPaths(Path(run_dir)).checkpoints
+    out = []
+    for p in sorted(root.glob("step-*")) if root.is_dir() else []:
+        try:
+            step = int(p.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if (p / "config.json").is_file():
+            out.append((step, p))
+    return sorted(out)
+
+
+def checkpoint_hash(path: str | Path) -> str:
+    """sha256[:16] over the checkpoint folder's files (relative names and bytes, sorted): the content hash that
+    every eval row carries, so a row can never be attributed to a checkpoint that was silently replaced."""
+    root = Path(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(root)).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def checkpoint_fingerprint(path: str | Path) -> str:
+    """sha256[:16] of the checkpoint's file names, sizes and mtimes: cheap; a change means re-hash the content."""
+    root = Path(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        st = f.stat()
+        h.update(f"{f.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _run_identity(run_dir: Path) -> tuple[str | None, str | None, int | None]:
+    """(backend, spec hash, seed) of a training run, from its metrics.jsonl provenance (both backends record the
+    spec's seed there) or else its spec.yaml."""
+    paths = RunPaths(run_dir)
+    backend = spec_hash = seed = None
+    for row in read_jsonl(paths.metrics):
+        prov = row.get("provenance") or {}
+        backend = row.get("backend") or prov.get("backend")
+        spec_hash, seed = prov.get("spec_hash"), prov.get("seed")
+        break
+    if (spec_hash is None or seed is None) and paths.spec.exists():
+        from twinrun.core.spec import load_spec
+
+        try:
+            run_spec = load_spec(paths.spec)
+        except TwinrunError:
+            run_spec = None
+        if run_spec is not None:
+            spec_hash = spec_hash or run_spec.spec_hash()
+            seed = run_spec.seed if seed is None else seed
+    return backend, spec_hash, seed
+
+
+def executor_name(spec: Any) -> str:
+    """The executor a sweep plays with, by name: executor.model (``sweep --executor`` sets it), else its kind."""
+    return str(spec.executor.model or spec.executor.kind)
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text).strip("-")[:40] or "executor"
+
+
+def _check_run_shape(run_dir: Path, spec: Any) -> None:
+    """The sweep evaluates in its spec's context shape: a run trained in another shape is refused."""
+    paths = RunPaths(run_dir)
+    if not paths.spec.exists():
+        return
+    import yaml
+
+    from twinrun.core.spec import CuratorSpec
+
+    try:  # only the curator section is read: the run's prompt files need not resolve from here
+        cur = (yaml.safe_load(paths.spec.read_text()) or {}).get("curator") or {}
+    except (yaml.YAMLError, AttributeError):
+        return
+    fields = CuratorSpec.model_fields
+    context = cur.get("context", fields["context"].default)
+    history = int(cur.get("history", fields["history"].default) or 0)
+    want = spec.curator
+    if (context, history) != (want.context, want.history):
+        raise SweepError(
+            f"RUN_DIR: {str(run_dir)!r} trained with curator.context={context}, history={history}; the sweep's "
+            f"spec says {want.context}, history={want.history} (fix: --set curator.context={context} "
+            f"curator.history={history}, so the checkpoint is evaluated in the shape it trained in)"
+        )
+
+
+def parse_run_dirs(run_dirs: Sequence[str | Path]) -> dict[str, Path]:
+    """``NAME=PATH`` or ``PATH`` (name: the folder's name) -> {name: path}; names are unique."""
+    out: dict[str, Path] = {}
+    for item in run_dirs:
+        s = str(item)
+        name, path = s.split("=", 1) if "=" in s and not Path(s).exists() else (None, s)
+        p = Path(path)
+        if not p.is_dir():
+            raise SweepError(f"RUN_DIR: {path!r} is not a folder (fix: a training run directory, or NAME=PATH)")
+        name = name or p.resolve().name
+        if "/" in name or "#" in name or "@" in name or not name:
+            raise SweepError(f"RUN_DIR: run name {name!r} may not contain '/', '@' or '#' (fix: NAME=PATH)")
+        if name == BASELINE:
+            raise SweepError(f"RUN_DIR: a run may not be named {BASELINE!r} (fix: NAME=PATH with another name)")
+        if name in out:
+            raise SweepError(f"RUN_DIR: two runs are named {name!r} (fix: name them, e.g. trl={path})")
+        out[name] = p
+    return out
+
+
+def arm_name(run: str, step: int, replicate: int = 0) -> str:
+    base = f"{run}@{step}"
+    return base if replicate == 0 else f"{base}#r{replicate}"
+
+
+def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
+               split: str, executor_settings_hash: str | None, streams: int = 1) -> SweepPlan:
+    """Create the manifest, or extend an existing one with new arms (same spec, games and number of streams,
+    else refused before anything is written).
+
+    streams: replicate streams per arm; every checkpoint arm and the baseline gets replicates 0..streams-1."""
+    out = Path(out_dir)
+    existing = check_streams(out, streams)
+    game_dicts = [g.to_dict() for g in games]
+    ids = [g["game_id"] for g in game_dicts]
+    if existing is not None:
+        if existing.games_hash != games_hash(ids):
+            raise SweepError(
+                f"--out: {str(out)!r} holds sweep {existing.sweep_id} on another game list "
+                f"({existing.games_hash} vs {games_hash(ids)}); arms of different game lists cannot be paired "
+                "(fix: a new --out folder, or the same split/eval_games/seed)"
+            )
+        if existing.spec_hash != spec.spec_hash():
+            raise SweepError(
+                f"--out: {str(out)!r} holds sweep {existing.sweep_id} of spec {existing.spec_hash}, not "
+                f"{spec.spec_hash()} (fix: a new --out folder, or the spec that sweep used)"
+            )
+        plan = existing
+    else:
+        plan = SweepPlan(
+            sweep_id=f"{spec.name}-{_slug(executor_name(spec))}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            spec_name=spec.name, spec_hash=spec.spec_hash(), split=split, games=game_dicts, games_hash=games_hash(ids),
+            executor_settings_hash=executor_settings_hash, seed=spec.seed, created=time.time(),
+            executor=executor_name(spec),
+            twinrun_version=twinrun_version(),
+            streams=streams, stream_plans=[stream_plan(spec.seed, ids, r) for r in range(streams)],
+        )
+    have = {a.arm: a for a in plan.arms}
+
+    def add(a: ArmPlan) -> None:
+        old = have.get(a.arm)
+        if old is None:
+            plan.arms.append(a)
+            have[a.arm] = a
+        elif old.checkpoint_hash != a.checkpoint_hash:
+            raise SweepError(
+                f"arm {a.arm!r}: checkpoint {a.checkpoint_path} changed since this sweep evaluated it "
+                f"({old.checkpoint_hash} -> {a.checkpoint_hash}) (fix: a new --out folder for the new weights)"
+            )
+
+    for r in range(streams):
+        add(ArmPlan(arm=BASELINE if r == 0 else f"{BASELINE}#r{r}", role="baseline", replicate=r))
+    for run, run_dir in run_dirs.items():
+        ckpts = discover_checkpoints(run_dir)
+        if not ckpts:
+            raise SweepError(
+                f"RUN_DIR: {str(run_dir)!r} has no checkpoints/step-NNNNNN with config.json (fix: train first, or "
+                "point at the run folder that holds checkpoints/)"
+            )
+        backend, run_spec, run_seed = _run_identity(run_dir)
+        _check_run_shape(run_dir, spec)
+        for step, path in ckpts:
+            known = have.get(arm_name(run, step))
+            stat = checkpoint_fingerprint(path)
+            # hashing an 8B checkpoint takes a minute: reuse the recorded hash while names, sizes and mtimes match
+            chash = known.checkpoint_hash if known and known.checkpoint_stat == stat else checkpoint_hash(path)
+            for r in range(streams):
+                add(ArmPlan(arm=arm_name(run, step, r), role="checkpoint", replicate=r, run=run,
+                            run_dir=str(Path(run_dir).resolve()), backend=backend, run_spec_hash=run_spec, run_seed=run_seed,
+                            checkpoint_step=step, checkpoint_path=str(path.resolve()), checkpoint_hash=chash,
+                            checkpoint_stat=stat))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / MANIFEST, plan.to_dict())
+    return plan
