@@ -117,7 +117,7 @@ print(above([['twinrun', p] for p in ('backends', 'app', 'commands', 'cli')]))
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Inside core: concept packages in an order (docs/layout.md)
+# Inside core: concept packages in an order (docs/layout.md), and no import circles anywhere
 
 CONCEPTS = ["errors", "spec", "records", "envs", "executors", "skills", "rewards", "advantages", "curation", "sweeps",
             "compare", "sft"]
@@ -163,6 +163,97 @@ def test_the_concept_check_sees_an_upward_import(tmp_path: Path) -> None:
         upward_concept_imports(tmp_path)
     (pkg / "files.py").write_text("from twinrun.core.spec import load_spec\n")
     assert upward_concept_imports(tmp_path) == []
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:``: they never run (an annotation's name), so no circle."""
+    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
+            for stmt in node.body for n in ast.walk(stmt)}
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the twinrun modules it imports when it runs (lazy imports included, ``if TYPE_CHECKING:`` ones not;
+    ``from pkg import name`` counts as pkg unless name is a module)."""
+    files = {}
+    for path in (root / "twinrun").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        out: set[str] = set()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name in files}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    out |= {full} if full in files else ({node.module} if node.module in files else set())
+        graph[mod] = out - {mod}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    circles = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    circles.append(sorted(comp))
+    return circles
+
+
+def test_no_two_modules_import_each_other(repo_root: Path) -> None:
+    circles = import_circles(import_graph(repo_root))
+    assert not circles, "import circles (what both need moves down):\n" + "\n".join(map(" <-> ".join, circles))
+
+
+def test_the_circle_check_sees_a_lazy_circle(tmp_path: Path) -> None:
+    pkg = tmp_path / "twinrun"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def f():\n    import twinrun.b\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from twinrun import a\n")
+    assert import_circles(import_graph(tmp_path)) == []
+    (pkg / "b.py").write_text("from twinrun import a\n")
+    assert import_circles(import_graph(tmp_path)) == [["twinrun.a", "twinrun.b"]]
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_no_module_is_an_alias_of_another(repo_root: Path) -> None:

@@ -67,7 +67,7 @@ class HFCuratorPolicy:
         import torch
 
         from twinrun.core.curation.context_shape import fit_history, prompt_token_ids
-        from twinrun.core.curation.session import stable_int
+        from twinrun.core.curation import stable_int
 
         self._load()
         messages, _ = fit_history(self.system_prompt, curator_input, history, limit=self.max_prompt_tokens,

@@ -34,30 +34,19 @@ from typing import Any
 from twinrun.core.errors import TwinrunError
 from twinrun.models.tiny import TINY_QWEN3, build_tiny_qwen3, local_or_hub
 # the training loop and probe live in warmstart_sft.py; tests and callers name them here too
-from twinrun.models.warmstart_sft import probe, receptive_field, sft, tokenize_conversation, turn_windows  # noqa: F401
+from twinrun.models.warmstart_sft import (  # noqa: F401  (re-exported)
+    WarmStartSettings,
+    probe,
+    receptive_field,
+    sft,
+    tokenize_conversation,
+    turn_windows,
+)
 
 WARMSTART_VERSION = 4
 
 # group steps far from any training step, so warm-start transcripts never replay a training task group
 _TRANSCRIPT_STEP0 = 10_000_000
-
-
-@dataclass(frozen=True)
-class WarmStartSettings:
-    # real curation sessions recorded (|G| executor episodes each). Two were too few: the model learnt those six
-    # inputs, and on the inputs of new games (every RL step's) 70% of its turns had no parseable call (issue 17)
-    transcripts: int = 12
-    probe_transcripts: int = 1  # recorded apart: the probe samples turns on inputs the SFT never saw
-    conversations: int = 48  # SFT conversations built from them (ops re-drawn per conversation)
-    steps: int = 300
-    batch_size: int = 4  # assistant-turn windows per step
-    context: int | None = None  # context kept before each turn; None = the model's receptive field
-    # (layers x sliding_window, exact for tiny-qwen3's sliding-window attention) or the whole conversation
-    lr: float = 5e-3
-    warmup_steps: int = 10
-    weight_decay: float = 0.0
-    seed: int = 0
-    probe_samples: int = 16  # sampled turns (temperature 1) per held-out input, scored for a parseable curate call
 
 
 FINAL_REPLY = "Done."
@@ -232,7 +221,7 @@ def warm_started_tiny_curator(
 
 
 def _system_prompt(spec: Any) -> str:
-    from twinrun.core.curation.session import CuratorPrompts
+    from twinrun.core.curation import CuratorPrompts
 
     return CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input")).system
 
@@ -279,7 +268,7 @@ def record_transcripts(
 
     from transformers import AutoTokenizer
 
-    from twinrun.core.curation.session import CurationRuntime, TaskGroup
+    from twinrun.core.curation import CurationRuntime, TaskGroup
     from twinrun.core.rewards.composite import token_counter
 
     tok = AutoTokenizer.from_pretrained(base)

@@ -1,17 +1,33 @@
 """The warm start's training: a plain AdamW loop on assistant-turn windows (loss on the turn only), then a probe
-of sampled turns on held-out prompts (moved out of warmstart.py, which builds the data and caches the result)."""
+of sampled turns on held-out prompts, and the settings both read (moved out of warmstart.py, which builds the data,
+caches the result and imports this module, never the other way round)."""
 
 from __future__ import annotations
 
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from twinrun.models.warmstart import WarmStartSettings
 
+@dataclass(frozen=True)
+class WarmStartSettings:
+    # real curation sessions recorded (|G| executor episodes each). Two were too few: the model learnt those six
+    # inputs, and on the inputs of new games (every RL step's) 70% of its turns had no parseable call (issue 17)
+    transcripts: int = 12
+    probe_transcripts: int = 1  # recorded apart: the probe samples turns on inputs the SFT never saw
+    conversations: int = 48  # SFT conversations built from them (ops re-drawn per conversation)
+    steps: int = 300
+    batch_size: int = 4  # assistant-turn windows per step
+    context: int | None = None  # context kept before each turn; None = the model's receptive field
+    # (layers x sliding_window, exact for tiny-qwen3's sliding-window attention) or the whole conversation
+    lr: float = 5e-3
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    seed: int = 0
+    probe_samples: int = 16  # sampled turns (temperature 1) per held-out input, scored for a parseable curate call
 
 
 def tokenize_conversation(tok: Any, messages: list[dict], template: str) -> tuple[list[int], list[int]]:

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinrun.core.curation.session import CurationResult, CurationRuntime, CurationSession, TaskGroup
+from twinrun.core.curation import CurationResult, CurationRuntime, CurationSession, TaskGroup
 from twinrun.core.errors import TwinrunError
 from twinrun.core.curation.toolcalls import CURATE
 

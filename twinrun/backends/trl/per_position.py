@@ -49,7 +49,7 @@ from twinrun.backends.trl.trainer import (
     check_step,
     gathered_advantages,
 )
-from twinrun.core.curation.session import CurationResult, CurationRuntime, CurationSession, TaskGroup
+from twinrun.core.curation import CurationResult, CurationRuntime, CurationSession, TaskGroup
 from twinrun.core.errors import TwinrunError
 from twinrun.core.curation.context_shape import ids_digest, prompt_token_ids, session_messages
 from twinrun.core.curation.toolcalls import CURATE_TOOL

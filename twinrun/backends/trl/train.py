@@ -73,7 +73,7 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
     )
     from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
     from twinrun.core.advantages import estimator_config
-    from twinrun.core.curation.session import CurationRuntime
+    from twinrun.core.curation import CurationRuntime
     from twinrun.core.records import RunPaths, guard_run_dir, provenance
     from twinrun.core.rewards.composite import token_counter
     from twinrun.core.records.run_dir import restart_line, start_run_dir

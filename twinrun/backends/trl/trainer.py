@@ -31,7 +31,7 @@ from twinrun.backends.trl.environment import SessionBroker
 from twinrun.backends.trl.token_advantages import model_segments, spread_advantages
 from twinrun.core.advantages import EstimatorConfig, compute_advantages
 from twinrun.core.curation.context_shape import ids_digest, position_messages
-from twinrun.core.curation.session import CurationResult
+from twinrun.core.curation import CurationResult
 from twinrun.core.errors import TwinrunError
 from twinrun.core.curation.policy_input import segment_positions
 from twinrun.core.records import SequenceTokens

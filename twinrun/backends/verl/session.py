@@ -41,7 +41,7 @@ class CurationContext:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, spec_path: str, run_dir: str, spec_dir: str | None, tokenizer: Any):
-        from twinrun.core.curation.session import CurationRuntime
+        from twinrun.core.curation import CurationRuntime
         from twinrun.core.records import provenance
         from twinrun.core.rewards.composite import token_counter
         from twinrun.core.spec import load_spec

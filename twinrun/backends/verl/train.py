@@ -291,7 +291,7 @@ def _first_difference(old: Any, new: Any, prefix: str = "") -> str:
 
 def task_group_rows(spec: Any) -> list[dict[str, Any]]:
     """The training data: core's task groups for every step, in order, as verl dataset rows."""
-    from twinrun.core.curation.session import TaskGroupSampler
+    from twinrun.core.curation import TaskGroupSampler
     from twinrun.core.envs import make_catalog
 
     env = spec.environment

@@ -1,61 +1,28 @@
 """The curation runtime (one per training job and process, shared by every session: event loop, env pool,
-executor, reward settings, judge, token counter, first-position cache) and the curator's prompts. Split from
-:mod:`twinrun.core.curation.session`, which re-exports these names; sessions are made by :meth:`CurationRuntime.session`."""
+executor, reward settings, judge, token counter, first-position cache). Sessions are made by
+:meth:`CurationRuntime.session`; this module imports the session's, never the other way round (what both need, the
+prompts, is :mod:`twinrun.core.curation.prompts`)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twinrun.core.advantages.anchors import anchor_key
 from twinrun.core.envs import EnvPool, GameCatalog, GameRef, make_catalog, make_pool
 from twinrun.core.executors import BackgroundLoop, Executor, make_executor
-from twinrun.core.executors.react import Episode, PromptTemplate
+from twinrun.core.executors.react import Episode
 from twinrun.core.records import Provenance
 from twinrun.core.rewards.composite import TokenCounter, whitespace_tokens
 from twinrun.core.skills.repository import SkillRepo, render_for_prompt
 from twinrun.core.envs.task_groups import CurationError, TaskGroup, TaskGroupSampler, stable_int
+from twinrun.core.curation.prompts import CuratorPrompts
+from twinrun.core.curation.session import CurationSession
 from twinrun.core.curation.toolcalls import CURATE_TOOL
 
-if TYPE_CHECKING:
-    from twinrun.core.curation.session import CurationSession
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Prompts
-
-CURATOR_INPUT_FIELDS = ("task", "skills", "trajectory", "result", "task_type", "position", "group_size", "repo_skills")
-
-
-@dataclass(frozen=True)
-class CuratorPrompts:
-    system: str
-    input: PromptTemplate
-
-    @classmethod
-    def from_files(cls, system: str | Path, input: str | Path) -> CuratorPrompts:  # noqa: A002
-        sys_t = PromptTemplate.from_file(system, "curator_system")
-        return cls(sys_t.text.strip(), PromptTemplate.from_file(input, "curator_input",
-                                                                required=("task", "trajectory", "result")))
-
-
-def result_text(episode: Episode, correctness: str | None = None) -> str:
-    """The correctness signal the curator reads: ``correctness`` (core.correctness: the judged "success",
-    "failure" or "unknown"), or the environment's outcome when None (curation.correctness: ground_truth)."""
-    rec = episode.record
-    if rec.outcome == "unmeasured":
-        return f"Unmeasured: the executor could not be run ({rec.unmeasured_reason}). Judge nothing from this trajectory."
-    shown = correctness or rec.outcome
-    if shown == "unknown":
-        return f"Unknown: the correctness judge gave no verdict ({rec.steps} steps)"
-    word = "Success" if shown == "success" else "Failure"
-    if episode.game.env == "sciworld" and rec.score is not None:
-        return f"{word} (score {rec.score:g} of 100, {rec.steps} steps)"
-    return f"{word} ({rec.steps} steps)"
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -193,8 +160,6 @@ class CurationRuntime:
                 f"task group {g.group_id}: {len(g.games)} games but environment.group_size={self.group_size} "
                 "(fix: draw groups with this runtime's sampler)"
             )
-        from twinrun.core.curation.session import CurationSession  # the session module imports this one
-
         return CurationSession(self, g, rollout_index)
 
     def close(self) -> None:

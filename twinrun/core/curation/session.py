@@ -28,19 +28,13 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from twinrun.core.advantages.anchors import anchor_key, estimator_anchor
 from twinrun.core.curation.context_shape import input_digest
-from twinrun.core.curation.runtime import (  # noqa: F401  (re-exported)
-    CURATOR_INPUT_FIELDS,
-    CurationRuntime,
-    CuratorPrompts,
-    play_with_repo,
-    result_text,
-)
+from twinrun.core.curation.prompts import result_text
 from twinrun.core.envs import GameRef
 from twinrun.core.executors.react import Episode
 from twinrun.core.records import SCHEMA_VERSION, EpisodeRecord, JsonlWriter, JudgeRecord, Provenance, SequenceTokens
@@ -54,6 +48,9 @@ from twinrun.core.envs.task_groups import (  # noqa: F401  (re-exported)
     stable_int,
 )
 from twinrun.core.curation.toolcalls import CuratorTurn, parse_curator_turn
+
+if TYPE_CHECKING:  # for the annotation only: the runtime imports this module, not the other way round
+    from twinrun.core.curation.runtime import CurationRuntime
 
 # ------------------------------------------------------------------------------------------------------------
 # Records
@@ -453,12 +450,9 @@ __all__ = [
     "CurationError",
     "CurationRecord",
     "CurationResult",
-    "CurationRuntime",
     "CurationSession",
-    "CuratorPrompts",
     "PositionRecord",
     "TaskGroup",
     "TaskGroupSampler",
-    "play_with_repo",
     "stable_int",
 ]

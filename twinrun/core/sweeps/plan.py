@@ -136,7 +136,7 @@ def select_games(games: Sequence[Any], n: int | None, seed: int) -> list[Any]:
     """The sweep's game list: a fixed, seeded, type-stratified subset of `n` games (all when n is None), in a
     seeded play order. Stratified: each task type gets its share of n by largest remainder (at least one when
     n allows), drawn with a seed of its own, so the subset is the same in every process."""
-    from twinrun.core.curation.session import stable_int
+    from twinrun.core.curation import stable_int
 
     by_type: dict[str, list[Any]] = {}
     for g in sorted(games, key=lambda g: g.game_id):
@@ -176,14 +176,14 @@ def executor_seed(seed: int, game_id: str, stream: int) -> int:
 
 def curator_seed(seed: int, stream: int) -> int:
     """The checkpoint curator's sampling seed in stream `stream` (a generation's seed is derived from it and the
-    curator input: :class:`twinrun.core.sweeps.sweep.HFCuratorPolicy`)."""
+    curator input: :class:`twinrun.models.curator_policy.HFCuratorPolicy`)."""
     return seed * 1000 + stream
 
 
 def stream_plan(seed: int, game_ids: Sequence[str], stream: int) -> StreamPlan:
     """Stream 0 plays the sweep's order; stream r > 0 a permutation of the same games seeded by (sweep seed,
     game list, r), so each stream's early games (those its first skills are written from) differ."""
-    from twinrun.core.curation.session import stable_int
+    from twinrun.core.curation import stable_int
 
     order = list(range(len(game_ids)))
     order_seed = None

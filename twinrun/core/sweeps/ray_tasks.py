@@ -5,7 +5,7 @@ free ones). The task writes the arm file itself, so ``--out`` must be on a files
 
 **Node loss.** Ray runs a task again when its worker process or its node dies (``max_retries``: system failures
 only; a :class:`TwinrunError` in the arm is not retried). The new attempt resumes the arm from its complete rows
-(:func:`twinrun.core.sweeps.sweep.run_arm`: a torn last line is dropped, the repo is rebuilt by replaying the recorded
+(:func:`twinrun.core.sweeps.arms.run_arm`: a torn last line is dropped, the repo is rebuilt by replaying the recorded
 ops), so no row is lost or written twice. When the retries are spent the sweep ends with an infrastructure error
 after the other arms finish; rerunning the same command resumes every arm.
 
@@ -33,18 +33,16 @@ from typing import Any
 
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import JsonlWriter, atomic_write_json, read_jsonl
-from twinrun.core.sweeps.sweep import (
+from twinrun.core.sweeps.arms import (
     ArmOutcome,
-    ArmPlan,
     PolicyFactory,
-    SweepError,
-    SweepPlan,
     _finished,
     _progress,
     build_runtime,
     rows_done,
     run_arm,
 )
+from twinrun.core.sweeps.plan import ArmPlan, SweepError, SweepPlan
 
 RAY_DIR = "ray"  # leases and attempt logs (not under arms/, whose *.jsonl are the arm files)
 

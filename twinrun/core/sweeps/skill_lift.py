@@ -73,7 +73,7 @@ def replay_without_skills(spec: Any, keys: Iterable[ReplayKey], *, data_root: An
     already in ``cache`` (a JSON file this function writes atomically) are not replayed again; an unmeasured
     replay (infrastructure) is left out, never counted as a failure. ``workers``: environment processes (None = the
     spec's; 0 = engines in this process)."""
-    from twinrun.core.curation.runtime import CurationRuntime, play_with_repo
+    from twinrun.core.curation import CurationRuntime, play_with_repo
     from twinrun.core.records import atomic_write_json
 
     done: dict[ReplayKey, bool] = {}

@@ -41,23 +41,12 @@ than the sweep's spec is refused.
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 
-from twinrun.core.errors import InfrastructureError
-from twinrun.core.records import (
-    EpisodeRecord,
-    JsonlWriter,
-    Provenance,
-    provenance,
-    read_jsonl,
-)
 from twinrun.core.sweeps.plan import (  # noqa: F401  (re-exported: the plan's names live in sweep_plan)
     ARMS_DIR,
     BASELINE,
@@ -86,237 +75,27 @@ from twinrun.core.sweeps.plan import (  # noqa: F401  (re-exported: the plan's n
     stream_plan,
     sweep_group_id,
 )
-
-CuratorPolicy = Callable[[str], str]
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Records
-
-
-class CuratorOp(BaseModel):
-    """One curator operation applied after a game (replayed on resume to rebuild the repo exactly)."""
-
-    model_config = ConfigDict(extra="forbid")
-    function: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    ok: bool
-    error: str | None = None
-
-
-class EvalRecord(EpisodeRecord):
-    """One game of one sweep arm (`arms/<arm>.jsonl`). The game was played with the repo the arm's curator had
-    built from the games before it (streaming curation); `curator_ops` are the ops its curator applied after
-    seeing this game, in order."""
-
-    kind: Literal["eval"] = "eval"  # type: ignore[assignment]
-    sweep_id: str
-    arm: str
-    role: Literal["baseline", "checkpoint"]
-    run: str | None = None  # the curve this arm belongs to (run name); None for baseline arms
-    checkpoint_step: int | None = None
-    replicate: int = 0
-    game_index: int  # 0-based index in the sweep's game list (the pairing key); `position`: where the stream played it
-    n_games: int
-    games_hash: str
-    repo_skills: int = 0  # skills in the repo while this game was played
-    repo_chars: int = 0  # size of the repo text while this game was played
-    curator_calls: int = 0  # curator generations after this game (0 for the baseline)
-    curator_ops: list[CuratorOp] = Field(default_factory=list)
-    curator_error: str | None = None  # the curator turn could not be generated (infrastructure): no ops applied
-    run_spec_hash: str | None = None  # the spec the run was trained with (provenance.spec_hash: the sweep's)
-    run_seed: int | None = None  # the seed the run was trained with (provenance.seed: the sweep's)
-    executor: str | None = None  # the sweep's executor by name (`sweep --executor`, or executor.model / kind)
-    # curator.history > 0 (per_position): this game's curator input and turn text, the window of later games
-    # (recorded so a resumed arm restores its window)
-    curator_input: str | None = None
-    curator_turn: str | None = None
-    provenance: Provenance
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Curator policies
-
-
-def no_ops_policy_factory(arm: ArmPlan, spec: Any) -> CuratorPolicy:
-    """A curator that never writes a skill (its turn has no tool call). For plumbing tests and a 'curator
-    switched off' control; it is not a checkpoint's behaviour."""
-
-    def policy(curator_input: str) -> str:
-        return "(no operations)"
-
-    return policy
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Running one arm
-
-
-@dataclass
-class ArmOutcome:
-    arm: str
-    rows: int
-    resumed_from: int
-    unmeasured: int
-    successes: int
-    wall_s: float
-    attempts: int = 1  # Ray attempts at the arm (more than 1: its node or worker was lost and it resumed elsewhere)
-
-
-def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str, str] | None = None,
-                  executor: Any = None, prov: Provenance | None = None) -> Any:
-    """Core's curation runtime for sweeps: spec executor, env pool, curator prompts, one game per session, no
-    judge (sweeps measure task success only)."""
-    from twinrun.core.rewards.correctness import correctness_judge_for
-    from twinrun.core.curation.session import CurationRuntime, CuratorPrompts
-    from twinrun.core.envs import make_pool
-    from twinrun.core.executors import make_executor
-    from twinrun.core.skills.repository import SkillRepo
-
-    env = spec.environment
-    executor = executor or make_executor(spec, environ=environ)
-    pool = make_pool(env.name, env.workers if workers is None else workers, expert=bool(executor.policy.needs_expert))
-    prompts = CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input"))
-    return CurationRuntime(
-        env_name=env.name, pool=pool, executor=executor, curator_prompts=prompts, reward=spec.reward,
-        new_repo=lambda: SkillRepo.for_experiment(spec), top_k=spec.retrieval.top_k, group_size=1, judge=None,
-        seed=spec.seed, provenance=prov, correctness_judge=correctness_judge_for(spec, spec.curation.sweep, environ=environ),
-    )
-
-
-def _completed_rows(path: Path, plan: SweepPlan, arm: ArmPlan, order: Sequence[int]) -> list[dict[str, Any]]:
-    """The arm file's complete rows; row k must be game ``order[k]`` of the stream's play order."""
-    rows = list(read_jsonl(path))
-    for k, row in enumerate(rows):
-        where = f"{path}:{k + 1}"
-        if row.get("sweep_id") != plan.sweep_id or row.get("arm") != arm.arm:
-            raise SweepError(f"{where}: row of sweep {row.get('sweep_id')!r} arm {row.get('arm')!r} in arm file "
-                             f"{arm.arm!r} of sweep {plan.sweep_id} (fix: do not mix sweeps in one --out folder)")
-        i = order[k] if k < len(order) else None
-        if i is None or row.get("game_index") != i or row.get("game_id") != plan.games[i]["game_id"]:
-            want = "no game" if i is None else f"game {i} ({plan.games[i]['game_id']})"
-            raise SweepError(f"{where}: game {row.get('game_index')} where {want} was expected at position {k + 1} "
-                             f"of stream {arm.replicate} (fix: the arm file was edited; remove it to replay the arm)")
-    return rows
-
-
-def _replay(repo: Any, rows: Sequence[Mapping[str, Any]], arm: str) -> None:
-    """Rebuild the repo from recorded ops: each op that succeeded is applied again and must succeed again."""
-    for row in rows:
-        for op in row.get("curator_ops") or []:
-            if not op.get("ok"):
-                continue  # an op that failed changed nothing (ops are atomic)
-            res = repo.apply(op["function"], op.get("arguments") or {})
-            if not res.ok:
-                raise SweepError(
-                    f"arm {arm!r} game {row['game_index']}: replaying {op['function']} failed ({res.error}) "
-                    "(fix: the arm file does not match this twinrun's skill repo; remove it to replay the arm)"
-                )
-
-
-def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, runtime: Any,
-            policy: CuratorPolicy | None, *, on_row: Callable[[str, int], None] | None = None,
-            before_write: Callable[[str, int], None] | None = None) -> ArmOutcome:
-    """Play (or finish) one arm: resume from its complete rows, then stream the remaining games.
-
-    before_write(arm, game_index) runs before each row is appended and may raise to stop the arm (a Ray attempt
-    whose arm was taken over by a newer attempt: :mod:`twinrun.core.sweeps.ray_tasks`)."""
-    from twinrun.core.curation.context_shape import HistoryTurn, history_window
-    from twinrun.core.curation.session import TaskGroup
-    from twinrun.core.envs import GameRef
-    from twinrun.core.curation.toolcalls import parse_curator_turn
-
-    arm = plan.arm(arm_name_)
-    path = Path(out_dir) / ARMS_DIR / f"{arm.arm}.jsonl"
-    order = plan.play_order(arm.replicate)  # the arm's stream: its own order of the sweep's games
-    done = _completed_rows(path, plan, arm, order)
-    repo = runtime.new_repo()
-    _replay(repo, done, arm.arm)
-    n = len(plan.games)
-    t0 = time.perf_counter()
-    prov = provenance(spec_hash=plan.spec_hash, run_id=arm.run, backend=arm.backend, checkpoint=arm.checkpoint_path,
-                      checkpoint_hash=arm.checkpoint_hash, seed=plan.seed,
-                      executor_settings_hash=plan.executor_settings_hash)
-    succ = sum(r["outcome"] == "success" for r in done)
-    unm = sum(r["outcome"] == "unmeasured" for r in done)
-    window = eval_history(spec)  # the shape the run trained in: per_position with its history window
-    history = [HistoryTurn(r["curator_input"], r["curator_turn"]) for r in done
-               if r.get("curator_input") and r.get("curator_turn") is not None]
-    with JsonlWriter(path) as writer:  # truncates a torn last line before appending
-        for k in range(len(done), n):
-            i = order[k]  # the game's index in the sweep's list (the pairing key); k: where this stream plays it
-            game = GameRef.from_dict(plan.games[i])
-            # same group id in every arm and rollout index = stream: the executor's seed for this game is shared
-            # by the arms of a stream (common random numbers) and differs between streams (executor_seed)
-            session = runtime.session(TaskGroup(sweep_group_id(game.game_id), game.task_type, (game,)), arm.replicate)
-            session.repo = repo
-            size, chars = len(repo), len(repo.text())
-            curator_input = session.start()
-            ops: list[CuratorOp] = []
-            calls, curator_error, text = 0, None, None
-            if arm.role == "checkpoint" and policy is not None:
-                calls = 1
-                try:
-                    text = policy(curator_input, history_window(history, window)) if window else policy(curator_input)
-                    turn = parse_curator_turn(text)
-                except InfrastructureError as e:
-                    turn, curator_error = None, str(e)
-                if window and text is not None:
-                    history.append(HistoryTurn(curator_input, text))
-                if turn is not None:
-                    session.submit(turn)
-                    for op, res in zip(turn.operations, session.last_op_results):
-                        args = op.arguments if isinstance(op.arguments, dict) else {}
-                        ops.append(CuratorOp(function=str(op.function), arguments=_jsonable(args), ok=res.ok,
-                                             error=res.error))
-            result = session.finish()
-            episode = result.positions[0].episode.record
-            fields = episode.model_dump(exclude={"kind", "schema_version", "position"})
-            row = EvalRecord(
-                **fields, position=k + 1, sweep_id=plan.sweep_id, arm=arm.arm, role=arm.role, run=arm.run,
-                checkpoint_step=arm.checkpoint_step, replicate=arm.replicate, game_index=i, n_games=n,
-                games_hash=plan.games_hash, repo_skills=size, repo_chars=chars, curator_calls=calls,
-                curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash, run_seed=arm.run_seed,
-                executor=plan.executor,
-                curator_input=curator_input if window and text is not None else None,
-                curator_turn=text if window else None,
-                provenance=prov.model_copy(update={"time": time.time()}),
-            )
-            if before_write is not None:
-                before_write(arm.arm, i)
-            writer.write(row)
-            succ += row.outcome == "success"
-            unm += row.outcome == "unmeasured"
-            if on_row is not None:
-                on_row(arm.arm, k + 1)
-    return ArmOutcome(arm.arm, n, len(done), unm, succ, round(time.perf_counter() - t0, 3))
-
-
-def eval_history(spec: Any) -> int:
-    """The history window a sweep prompts the curator with: the run's ``curator.history`` for per_position
-    (evaluated in the shape it trained in); 0 for accumulated (evaluated per game; DIVERGENCES D1)."""
-    c = spec.curator
-    return int(c.history) if c.context == "per_position" else 0
-
-
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
-
-
-def rows_done(out_dir: str | Path, arm: str) -> int:
-    """Complete rows of an arm file (cheap: counts newline-terminated lines)."""
-    p = Path(out_dir) / ARMS_DIR / f"{arm}.jsonl"
-    if not p.exists():
-        return 0
-    with open(p, "rb") as f:
-        return f.read().count(b"\n")
+from twinrun.core.sweeps.arms import (  # noqa: F401  (re-exported: an arm's names live in arms)
+    CuratorOp,
+    EvalRecord,
+    CuratorPolicy,
+    PolicyFactory,
+    no_ops_policy_factory,
+    ArmOutcome,
+    build_runtime,
+    run_arm,
+    eval_history,
+    rows_done,
+    _finished,
+    _progress,
+    _completed_rows,
+    _replay,
+    _jsonable,
+)
 
 
 # ------------------------------------------------------------------------------------------------------------
 # The whole sweep
-
-
-PolicyFactory = Callable[[ArmPlan, Any], CuratorPolicy]
 
 
 @dataclass
@@ -392,13 +171,6 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes, plan.streams or 1)
 
 
-def _progress(enabled: bool) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    disable=not enabled, transient=False)
-
-
 def _sweep_local(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str | Path, factory: PolicyFactory,
                  workers: int | None, progress: bool, environ: Mapping[str, str] | None, executor: Any
                  ) -> dict[str, ArmOutcome]:
@@ -419,9 +191,3 @@ def _sweep_local(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str |
     finally:
         runtime.close()
     return outcomes
-
-
-def _finished(out_dir: str | Path, arm: str, n: int) -> ArmOutcome:
-    rows = list(read_jsonl(Path(out_dir) / ARMS_DIR / f"{arm}.jsonl"))
-    return ArmOutcome(arm, n, len(rows), sum(r["outcome"] == "unmeasured" for r in rows),
-                      sum(r["outcome"] == "success" for r in rows), 0.0)
