@@ -10,6 +10,7 @@ ALFWORLD_DATA ?= $(if $(wildcard $(SHARED_ALFWORLD)/json_2.1.1),$(SHARED_ALFWORL
 TWINRUN_CACHE ?= $(abspath .cache/twinrun)
 DEMO_OUT ?= runs/smoke-cpu
 LEARN_OUT ?= runs/learn
+CONTROLS_OUT ?= runs/controls
 PYTEST_ARGS ?=
 
 export ALFWORLD_DATA TWINRUN_CACHE
@@ -21,7 +22,7 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env demo learn test test-all test-fast test-kernels plan bench clean-demo
+.PHONY: env demo learn controls test test-all test-fast test-kernels plan bench clean-demo
 
 env: $(VENV)/.installed
 
@@ -39,12 +40,20 @@ demo: env
 	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
 	$(BIN)/twinrun run experiments/smoke-cpu.yaml --out $(DEMO_OUT) --resume
 
-# the CPU learning check (bench/learning.py, ~25 minutes on 2 cores): both backends train the smoke arm 30 steps
+# the CPU learning check (bench/learning.py, ~25 minutes on 2 cores): both backends train the learning arm
+# (experiments/learn-cpu.yaml) 30 steps
 # from the same warm start; prints per-step reward and paired skill lift per backend, their rise from the warm start
 # with a 95% Welch interval, the held-out rise from the warm start (exact McNemar) and the comparison's verdict
 learn: env
 	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
 	$(BIN)/python bench/learning.py --out $(LEARN_OUT)
+
+# the real-training controls (experiments/controls/controls.py, hours on 2 cores; resumable, rerun to continue):
+# the learning arm under TRL and verl at 3 seeds each and a slow-rate group, trained one run at a time, each followed
+# by a sweep of every run so far (4 streams x 32 games per checkpoint)
+controls: env
+	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
+	$(BIN)/python experiments/controls/controls.py --out $(CONTROLS_OUT)
 
 # exit status 5 = pytest collected nothing (a wrong path or marker): a failure here, not a pass
 test: env

@@ -1,8 +1,8 @@
 """Learning check on CPU: do both backends' curators learn, end to end, from the same warm start?
 
-Trains the smoke arm (experiments/smoke-cpu.yaml: the tiny warm-started curator, the skill-sensitive scripted
-stand-in executor) under TRL and verl for `--steps` steps with the learning settings below, sweeps every
-`--every`-th checkpoint on the held-out games with a same-sweep baseline, replays every scored position of every
+Trains the learning arm (experiments/learn-cpu.yaml: the smoke arm's tiny warm-started curator and skill-sensitive
+scripted stand-in executor, with the learning settings below) under TRL and verl for `--steps` steps, sweeps every `--every`-th
+checkpoint on the held-out games with a same-sweep baseline, replays every scored position of every
 training rollout without skills under the rollout's own executor seed (twinrun.core.sweeps.skill_lift), and prints:
 
 * per step and backend: r_task (success rate over positions 2..|G| of the step's curation rollouts) and the
@@ -33,7 +33,7 @@ way), 2 when the run failed. `--resume` (default) continues an interrupted check
 
     python bench/learning.py [--steps 30] [--every 10] [--out runs/learn] [--set key=value ...]
 
-The learning settings (spec overrides, stated in every printout): 8 rollouts per group (GRPO needs samples that
+The learning settings (in experiments/learn-cpu.yaml; --steps / --every / --set stated in every printout): 8 rollouts per group (GRPO needs samples that
 differ), learning rate 5e-4 after 3 warmup steps (at the smoke arm's 1e-4 the policy did not move in 20 steps; at
 2e-3 one update broke the tiny model's tool-call format), sampling temperature 0.7 (at 1.0 a fifth of the tiny
 curator's turns were malformed calls, noise that buried the choice GRPO is meant to learn), and a steeper stand-in
@@ -56,13 +56,11 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC = ROOT / "experiments" / "smoke-cpu.yaml"
-# The check as measured in issue 17: the smoke arm's 2 replicate streams (issue 28), its self-judge error and its
-# content judge's body-length rule (issue 32) came later and are held at their earlier values here, so the check's
-# numbers stay comparable; its verdict is the training-side paired lift, which none of them touches.
-LEARNING_SETS = ["batch.rollouts_per_group=8", "optimizer.lr=5.0e-4", "optimizer.warmup_steps=3",
-                 "sampling.temperature=0.7", "executor.expert_prob=0.2", "executor.skill_effect=0.8",
-                 "sweep.streams=1", "executor.self_judge_error=0", "judge.min_steps=2", "judge.min_body_words=0"]
+# The learning arm is a spec file (issue 40): the smoke arm with the learning settings below, and the smoke arm's
+# later additions (2 replicate streams, the self-judge error, the content judge's body-length rule) held at their
+# earlier values, so the check's numbers stay comparable with issue 17's; its verdict is the training-side paired
+# lift, which none of them touches. --steps / --every override its 8 steps, checkpointed every step.
+SPEC = ROOT / "experiments" / "learn-cpu.yaml"
 
 
 def step_rows(metrics: Path) -> list[dict]:
@@ -248,7 +246,7 @@ def main() -> int:
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="print the numbers of an existing --out")
     a = ap.parse_args()
-    sets = [*LEARNING_SETS, f"steps={a.steps}", f"checkpoint_every={a.every}", *a.sets]
+    sets = [f"steps={a.steps}", f"checkpoint_every={a.every}", *a.sets]
     from twinrun.commands._common import spec_from_cli
 
     spec = spec_from_cli(SPEC, sets)  # the spec `twinrun run` trains with these overrides

@@ -80,3 +80,19 @@ def test_held_out_rise_pairs_the_first_and_last_checkpoint_on_the_same_games(tmp
     replicate = {"kind": "eval", "checkpoint_step": 40, "game_index": 0, "outcome": "success"}
     (tmp_path / "arms" / "trl@40#r1.jsonl").write_text(json.dumps(replicate) + "\n")  # other executor seeds
     assert held_out_rise(tmp_path, "trl", start)["last"] == 30
+
+
+def test_the_learning_arm_file_is_the_smoke_arm_with_the_learning_settings_of_issue_17():
+    """experiments/learn-cpu.yaml replaced a list of --set overrides of the smoke arm (issue 40): it must train
+    exactly what those overrides trained (the same spec field by field, name and step count aside), so `make learn`
+    stays comparable with its earlier numbers."""
+    from twinrun.core.spec import load_spec
+
+    old_sets = ["batch.rollouts_per_group=8", "optimizer.lr=5.0e-4", "optimizer.warmup_steps=3",
+                "sampling.temperature=0.7", "executor.expert_prob=0.2", "executor.skill_effect=0.8",
+                "sweep.streams=1", "executor.self_judge_error=0", "judge.min_steps=2", "judge.min_body_words=0",
+                "steps=8", "checkpoint_every=1", "name=learn-cpu"]
+    old = load_spec(ROOT / "experiments" / "smoke-cpu.yaml", old_sets)
+    new = load_spec(ROOT / "experiments" / "learn-cpu.yaml")
+    assert new.model_dump() == old.model_dump()
+    assert _learning().SPEC == ROOT / "experiments" / "learn-cpu.yaml"
