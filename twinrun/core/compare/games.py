@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from twinrun.core.compare import blocks as blk
 from twinrun.core.compare import families, frameworks, shape
 from twinrun.core.compare import power as pw
 from twinrun.core.compare import stats as cs
@@ -116,6 +117,7 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
     se = np.full(len(cells), np.nan)
     dfs = np.full(len(cells), np.nan)
     deff_stated = st.deff(stated, m_games) if stated is not None else None
+    design = blk.Design(False, None, table.crossed_why)
     if stream_mode:
         for run in sorted({k[0] for k in keys}):
             idx = [i for i, k in enumerate(keys) if k[0] == run]
@@ -123,12 +125,24 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
         s2_all, df_all = st.pooled(list(models.values()))
         for run, model in models.items():
             if not model.ok:  # a run played with one stream among runs with several: the others' variance
-                models[run] = model = st.CellModel(model.means, model.n, s2_all, df_all)
+                models[run] = st.CellModel(model.means, model.n, s2_all, df_all)
+        # crossed streams (sweep.json's shared stream plans): stream r is a block of each run; contrasts within a
+        # run are tested against the residual after the blocks, a cell's level keeps the nested variance
+        run_cells: dict[str, list[dict[int, float]]] = {}
+        for i, key in enumerate(keys):
+            run_cells.setdefault(key[0], []).append({arms[j].replicate: float(lift_arm[j]) for j in cells[i]})
+        design = blk.choose(table.crossed, table.crossed_why, settings.stream_design, run_cells, settings.level)
+        if design.blocked:
+            for run, fit in design.fits.items():
+                nested = models[run]
+                models[run] = st.CellModel(fit.means, nested.n, fit.ss_e / fit.df_e, fit.df_e,
+                                           level_s2=nested.s2, level_df=nested.df, blocked=True)
+        for run, model in models.items():
             idx = np.array([i for i, k in enumerate(keys) if k[0] == run])
             lift[idx] = model.means
             boot[:, idx] = st.draw_means(model, settings.n_boot, rng) - base_dev[:, None]
-            va = model.s2 / np.maximum(model.n, 1)
-            _, dfs[idx], pvals[idx] = st.welch_t(model.means, va, model.df, var_b, df_b)
+            va = model.s2_level / np.maximum(model.n, 1)  # a lift keeps the block: the within-cell variance
+            _, dfs[idx], pvals[idx] = st.welch_t(model.means, va, model.df_level, var_b, df_b)
             se[idx] = np.sqrt(va + var_b)
         mde = st.mde_t(se, dfs, alpha_arm, settings.power)
         test = ("Welch t of the cell's stream lifts against 0 (between-stream variance pooled over the run's cells, "
@@ -281,6 +295,7 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
         "streams_per_cell": {"min": int(n_str.min()) if n_str.size else 0, "max": int(n_str.max()) if n_str.size else 0},
         "baseline_streams": len(base_rows), "games_per_stream": m_games,
         "icc": icc, "stated_icc": stated, "stated_deff": deff_stated,
+        "design": "crossed" if design.blocked else "nested", "design_why": design.why, "blocks": design.summary,
         "baseline_pairing": ("each stream's lift is paired game by game with the baseline pooled over its "
                              f"{len(base_rows)} stream(s) (the baseline has no skill memory)"),
         "note": ("" if stream_mode else
@@ -327,7 +342,8 @@ def _pair_games(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, c
     if k >= 2 and ca.model is not None and cb.model is not None:
         sub = [st.CellModel(c.model.means[i], c.model.n[i], c.model.s2, c.model.df)  # type: ignore[union-attr]
                for c, i in ((ca, ia), (cb, ib))]
-        s2, df = st.pooled([ca.model, cb.model])
+        s2, df = st.pooled([ca.model, cb.model])  # blocked models: the residual after the stream blocks
+        blocked = bool(ca.model.blocked and cb.model.blocked)
         n = np.concatenate([sub[0].n, sub[1].n]).astype(np.float64)
         cov = np.diag(s2 / n)
         noise = None
@@ -335,10 +351,13 @@ def _pair_games(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, c
             e_var = icc["sigma2_game"] / icc["games_per_stream"]  # one stream's lift: the part games shrink
             u_var = max(s2 - e_var, 0.0)  # the part only streams shrink
             r = float(np.mean(n))
-            noise = st.Noise(np.diag(e_var * r / n), np.diag(u_var * r / n), icc["games_per_stream"], r, 2 * k)
-        pn = PairNoise(cov, float(df), noise, "run x checkpoint interaction of stream lifts, F against the "
-                       "between-stream mean square (success-rate scale)", int(min(n.min(), ca.streams, cb.streams)),
-                       settings.stream_icc)
+            # one more stream per cell adds K error df per run nested, K - 1 blocked
+            per_stream = 2 * (k - 1) if blocked else 2 * k
+            noise = st.Noise(np.diag(e_var * r / n), np.diag(u_var * r / n), icc["games_per_stream"], r, per_stream)
+        what = ("the residual mean square after each run's stream blocks (crossed streams)" if blocked
+                else "the between-stream mean square")
+        pn = PairNoise(cov, float(df), noise, f"run x checkpoint interaction of stream lifts, F against {what} "
+                       "(success-rate scale)", int(min(n.min(), ca.streams, cb.streams)), settings.stream_icc)
     elif k >= 2:
         # the covariance of the 2K lifts over the games measured in every one of them (pairing and game difficulty
         # kept: per-game differences, sample covariance / n), plus the stated stream variance; the Wald statistic

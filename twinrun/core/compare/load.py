@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from twinrun.core.compare.blocks import crossed_from_manifest
 from twinrun.core.compare.model import ArmInfo, CompareError, GameTable, SummaryTable
 
 # Loading
@@ -47,10 +49,15 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[Game
     n_games_of: dict[str, int] = {}
     games: dict[str, dict[int, tuple[str, str]]] = {}
     seen_files: set[Path] = set()
+    manifests: dict[str, dict[str, Any]] = {}  # sweep id -> its sweep.json (where one lies beside the arm files)
+    positions: dict[str, dict[tuple[str, int], dict[int, int]]] = {}  # sweep -> (arm, stream) -> game -> position
     for f in files:
         if f.resolve() in seen_files:
             continue
         seen_files.add(f.resolve())
+        plan = _manifest_of(f)
+        if plan is not None and plan.get("sweep_id"):
+            manifests.setdefault(str(plan["sweep_id"]), plan)
         sweep_of_file: dict[str, tuple[str, str]] = {}
         for n, row in enumerate(read_jsonl(f), 1):
             if row.get("kind") != "eval":
@@ -80,6 +87,9 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[Game
                     "do not pass the same arm from two files)"
                 )
             per[row["game_id"]] = row
+            if row.get("position") is not None:
+                positions.setdefault(sweep, {}).setdefault((arm, int(row.get("replicate") or 0)), {})[
+                    int(row["game_index"])] = int(row["position"])
             games.setdefault(sweep, {}).setdefault(int(row["game_index"]), (row["game_id"], row.get("task_type") or ""))
     if not rows_by:
         raise CompareError(f"input: no eval rows in {', '.join(map(str, paths))} (fix: run `twinrun sweep` first)")
@@ -87,7 +97,25 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[Game
         _refuse_mixed_sweeps(list(rows_by), hash_of)
     tables = [_table(sweep, {arm: per for (sw, arm), per in rows_by.items() if sw == sweep}, hash_of[sweep],
                      n_games_of[sweep], games[sweep]) for sweep in sorted(hash_of)]
+    for t in tables:
+        reps = {a.replicate for a in t.arms}
+        t.crossed, t.crossed_why = crossed_from_manifest(manifests.get(t.sweep_id or ""), reps,
+                                                         positions.get(t.sweep_id or ""))
     return sorted(tables, key=lambda t: (t.executor or "", t.sweep_id or ""))
+
+
+def _manifest_of(f: Path) -> dict[str, Any] | None:
+    """The sweep.json of an arm file's sweep folder (``DIR/arms/ARM.jsonl`` or ``DIR/ARM.jsonl``), if any: it says
+    whether the streams were played with shared plans (crossed with the arms)."""
+    for d in (f.parent.parent, f.parent) if f.parent.name == "arms" else (f.parent,):
+        m = d / "sweep.json"
+        if m.is_file():
+            try:
+                out = json.loads(m.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return None
+            return out if isinstance(out, dict) else None
+    return None
 
 
 def _table(sweep: str, rows_by_arm: dict[str, dict[str, dict[str, Any]]], ghash: str, n_games: int,

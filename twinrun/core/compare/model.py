@@ -15,6 +15,7 @@ class CompareError(TwinrunError, ValueError):
 
 FAMILY_RULES = ("run", "all", "custom")
 AXES = ("executor",)
+STREAM_DESIGNS = ("auto", "nested")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class CompareSettings:
     # the intra-stream correlation the user states (a pilot's value) for one-stream-per-arm inputs: every variance
     # is inflated by DEFF = 1 + (m - 1) rho; None = not stated (one stream then decides no shape claim)
     stream_icc: float | None = None
+    # how replicate streams are analysed: "auto" reads the sweep's manifest (streams played with shared stream
+    # plans are blocks crossed with the arms: the blocked analysis; otherwise nested replicates), "nested" treats
+    # them as nested replicates whatever the manifest says (valid, less powerful where they were crossed)
+    stream_design: str = "auto"
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -65,6 +70,8 @@ class CompareSettings:
         if self.stream_icc is not None and not 0 <= self.stream_icc < 1:
             raise CompareError(f"stream_icc: {self.stream_icc} must be in [0, 1) (fix: a pilot sweep's intra-stream "
                                "correlation, e.g. 0.02)")
+        if self.stream_design not in STREAM_DESIGNS:
+            raise CompareError(f"stream_design: {self.stream_design!r} (fix: one of {', '.join(STREAM_DESIGNS)})")
         if self.across is not None and self.across not in AXES:
             raise CompareError(f"across: {self.across!r} is not an axis compare knows (fix: one of {', '.join(AXES)})")
 
@@ -105,6 +112,11 @@ class GameTable:
     games_hash: str | None = None
     task_types: list[str] = field(default_factory=list)
     executor: str | None = None  # the sweep's executor (its name: `sweep --executor`, or executor.model)
+    # were stream r of every arm played with one shared plan (order, executor and curator seeds; sweep.json's
+    # stream_plans)? Then the streams are blocks crossed with the arms (compare's blocked analysis)
+    crossed: bool = False
+    crossed_why: str = ""
+    stream_orders: list[list[int]] | None = None  # synthetic crossed tables: stream r's order (game indices)
 
 
 @dataclass

@@ -98,8 +98,24 @@ def streams_sentence(result: Mapping[str, Any]) -> str:
         return (f"Streams: {n} per arm, {st.get('baseline_streams')} baseline stream(s), "
                 f"{icc['games_per_stream']:.0f} games per stream. Intra-stream correlation "
                 f"{icc['estimate']:.3f} [{lo:.3f}, {hi:.3f}]; design effect {icc['deff']:.2f} [{dlo:.2f}, {dhi:.2f}] "
-                "(every test is against the variance between streams).")
+                "(every test is against the variance between streams)." + blocks_sentence(st))
     return f"Streams: {st.get('note') or st.get('mode')}."
+
+
+def blocks_sentence(st: Mapping[str, Any]) -> str:
+    """Crossed streams (one plan per stream shared by every arm): how much of the between-stream variance is the
+    stream's block, shared by all checkpoints of a run, and what the analysis did with it."""
+    b = st.get("blocks")
+    if not b:
+        return f" Streams analysed as nested replicates ({st['design_why']})." if st.get("design_why") else ""
+    lo, hi = b["ci"]
+    used = ("contrasts between checkpoints, the interaction, the band and r are tested against the blocked error; "
+            "a lift over the baseline keeps the nested one" if b.get("used") else
+            f"not used: {st.get('design_why') or 'nested analysis'}")
+    return (f" Streams are crossed blocks: {100 * b['share']:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}] of the "
+            f"between-stream variance is shared by all checkpoints of a run; error SD {100 * b['sd_nested']:.1f} pp "
+            f"nested ({b['df_nested']} df), {100 * b['sd_blocked']:.1f} pp after the stream blocks ({b['df_blocked']} "
+            f"df); {used}.")
 
 
 def _streams_section(result: Mapping[str, Any], h: str) -> list[str]:

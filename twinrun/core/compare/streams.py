@@ -114,17 +114,32 @@ def deff(rho: float, m: float) -> float:
 class CellModel:
     """Stream lifts of one run's (or a pair's) cells, and the pooled between-stream variance.
 
-    means[K] cell means of stream lifts, n[K] streams per cell, s2 the pooled within-cell variance of one stream's
-    lift (NaN when no cell has 2 streams), df its degrees of freedom (sum of n_k - 1)."""
+    means[K] cell means of stream lifts, n[K] streams per cell, s2 the error variance of one stream's lift that
+    contrasts between the cells are tested against (NaN when no cell has 2 streams), df its degrees of freedom.
+    Nested streams: s2 is the within-cell variance pooled over the cells (sum of n_k - 1 df) and is also the
+    level's. Crossed streams (`blocked`, :mod:`.blocks`): s2 is the residual after the stream blocks ((K - 1)(R - 1)
+    df), and level_s2 / level_df the within-cell variance that a cell's level (its lift over the baseline) keeps,
+    since the block does not cancel there."""
 
     means: np.ndarray
     n: np.ndarray
     s2: float
     df: int
+    level_s2: float | None = None
+    level_df: int | None = None
+    blocked: bool = False
 
     @property
     def ok(self) -> bool:
         return self.df >= 1 and math.isfinite(self.s2) and self.s2 > 0
+
+    @property
+    def s2_level(self) -> float:
+        return self.s2 if self.level_s2 is None else self.level_s2
+
+    @property
+    def df_level(self) -> int:
+        return self.df if self.level_df is None else self.level_df
 
 
 def cell_model(streams: list[np.ndarray]) -> CellModel:
@@ -146,9 +161,16 @@ def pooled(models: list[CellModel]) -> tuple[float, int]:
 
 def draw_means(model: CellModel, n_draw: int, rng: np.random.Generator) -> np.ndarray:
     """Parametric draws of the cell means [R, K]: mean + z sqrt(sigma2* / n_k), sigma2* = s2 df / chi2(df) drawn once
-    per row (the posterior of a normal variance under a flat prior), so few streams give wide draws."""
+    per row (the posterior of a normal variance under a flat prior), so few streams give wide draws. Blocked
+    (crossed streams): the cells' own noise from the blocked s2, plus one shared shift per row of variance
+    (level_s2 - s2) / n, the block mean, which moves every cell of the run alike (contrasts do not see it)."""
+    n = np.maximum(model.n, 1)[None, :]
     sig2 = model.s2 * model.df / rng.chisquare(model.df, size=(n_draw, 1))
-    return model.means[None, :] + rng.normal(size=(n_draw, model.means.size)) * np.sqrt(sig2 / np.maximum(model.n, 1)[None, :])
+    out = model.means[None, :] + rng.normal(size=(n_draw, model.means.size)) * np.sqrt(sig2 / n)
+    if model.blocked:
+        s2_block = max(model.s2_level - model.s2, 0.0)
+        out = out + rng.normal(size=(n_draw, 1)) * np.sqrt(s2_block / n)
+    return out
 
 
 def baseline_draws(base_streams: np.ndarray, n_games: int, n_draw: int, rng: np.random.Generator) -> tuple[np.ndarray, float, float]:
@@ -255,7 +277,9 @@ def pointwise_band(means: np.ndarray, cov: np.ndarray, df: float | None, level: 
 
 
 def oneway_f(model: CellModel) -> dict[str, Any] | None:
-    """Do a run's checkpoints differ? One-way F of the cell means against the pooled between-stream variance."""
+    """Do a run's checkpoints differ? One-way F of the cell means against the pooled between-stream variance; with
+    crossed streams (blocked model) the randomized-block F: the same mean square against the residual after the
+    stream blocks, df (K - 1, (K - 1)(R - 1))."""
     ok = model.n > 0
     k = int(ok.sum())
     if k < 2 or not model.ok:
@@ -264,7 +288,9 @@ def oneway_f(model: CellModel) -> dict[str, Any] | None:
     grand = float((means * n).sum() / n.sum())
     ms_b = float((n * (means - grand) ** 2).sum()) / (k - 1)
     f = ms_b / model.s2
-    return {"method": "one-way F of the checkpoints' stream lifts against the between-stream variance",
+    method = ("randomized-block F of the checkpoints' stream lifts against the residual after the stream blocks"
+              if model.blocked else "one-way F of the checkpoints' stream lifts against the between-stream variance")
+    return {"method": method,
             "statistic": f, "df": k - 1, "df2": model.df, "p_value": float(stats.f.sf(f, k - 1, model.df))}
 
 
