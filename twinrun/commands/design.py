@@ -46,6 +46,9 @@ def design_cmd(
     runs: int | None = typer.Option(None, "--runs", min=1, help="runs swept together (default: the pilot's, else 2)"),
     streams: str = typer.Option("1,2,3,4,6,8,12,16", "--streams", help="the numbers of streams to tabulate"),
     max_games: int = typer.Option(100_000, "--max-games", min=1, help="the most games per checkpoint considered"),
+    streams_design: str = typer.Option("crossed", "--streams-design", help="shape only: crossed (sweep --streams "
+                                       "plays stream r of every arm with one plan: the stream blocks cancel, rho is "
+                                       "the ICC left after them) or nested (rho the whole intra-stream correlation)"),
     as_json: bool = typer.Option(False, "--json", help="print the design as JSON"),
 ) -> None:
     """How many streams x games per checkpoint decide a difference of --delta points, and what that costs."""
@@ -56,6 +59,9 @@ def design_cmd(
         raise TwinrunError("--rho/--pilot: give exactly one (fix: --rho 0.02, or --pilot SWEEP_DIR with >= 2 streams)")
     if kind not in ("lift", "shape"):
         raise TwinrunError(f"--kind: {kind!r} (fix: lift or shape)")
+    if streams_design not in ("crossed", "nested"):
+        raise TwinrunError(f"--streams-design: {streams_design!r} (fix: crossed or nested)")
+    blocked = kind == "shape" and streams_design == "crossed"
     info: dict[str, Any] = {}
     upper = None
     if pilot is not None:
@@ -64,19 +70,34 @@ def design_cmd(
             raise TwinrunError(f"--pilot: {str(pilot)!r}: {p.icc.method} (fix: state --rho)")
         rho = max(p.icc.icc, 0.0)  # a negative ANOVA estimate is read as no correlation
         upper = p.icc.ci[1]
+        info["pilot_blocked"] = p.blocked
+        if blocked and p.blocked is not None:  # a shape contrast sees only what the stream blocks leave
+            rho, upper = max(p.blocked["icc"], 0.0), p.blocked["ci"][1]
+        elif blocked:
+            blocked = False  # the pilot's streams were not crossed: its ICC holds the blocks too, plan nested
+            info["pilot_note"] = "the pilot's streams were not played with shared plans: planned as nested streams"
         rate = p.rate if rate is None else rate
         checkpoints = p.checkpoints if checkpoints is None else checkpoints
         runs = p.runs if runs is None else runs
-        info = {"pilot": str(pilot), "pilot_icc": p.icc.to_dict(), "pilot_streams": p.streams, "pilot_games": p.games}
+        info.update({"pilot": str(pilot), "pilot_icc": p.icc.to_dict(), "pilot_streams": p.streams,
+                     "pilot_games": p.games})
     assert rho is not None
+    if kind == "lift":
+        assumes = "the whole intra-stream correlation (a lift over the baseline keeps the stream blocks)"
+    elif blocked:
+        assumes = ("the intra-stream correlation left after each run's stream blocks (crossed streams: a pilot's "
+                   "blocked ICC; the whole ICC over-states it), randomized-block error df 2 (K - 1)(R - 1)")
+    else:
+        assumes = "the whole intra-stream correlation (nested streams), error df 2 K (R - 1)"
     rate = 0.5 if rate is None else rate
     checkpoints = 8 if checkpoints is None else checkpoints
     runs = 2 if runs is None else runs
     kw: dict[str, Any] = dict(rate=rate, alpha=alpha, target=target, kind=kind, checkpoints=checkpoints, runs=runs,
-                              streams=parse_int_list(streams, "--streams"), max_games=max_games)
+                              streams=parse_int_list(streams, "--streams"), max_games=max_games, blocked=blocked)
     rows = d.design_table(delta / 100, rho, **kw)
     rows_upper = d.design_table(delta / 100, min(upper, 0.99), **kw) if upper is not None else None
     out = {"delta": delta / 100, "kind": kind, "rho": rho, "rho_source": "pilot" if pilot else "stated",
+           "streams_design": "crossed" if blocked else "nested", "rho_assumes": assumes,
            "rate": rate, "alpha": alpha, "power": target, "checkpoints": checkpoints, "runs": runs, **info,
            "rows": [r.__dict__ for r in rows],
            "rows_at_rho_upper": None if rows_upper is None else [r.__dict__ for r in rows_upper]}
@@ -93,13 +114,20 @@ def _print(out: dict[str, Any], rows: list[Any], rows_upper: list[Any] | None, u
     console = Console(width=150)
     what = ("a checkpoint's lift over the baseline" if out["kind"] == "lift"
             else "a difference between two runs' centred curves at one checkpoint")
+    est = out.get("pilot_blocked") if out["streams_design"] == "crossed" and out.get("pilot_blocked") else \
+        out.get("pilot_icc")
     src = "stated" if out["rho_source"] == "stated" else (
-        f"from pilot {out['pilot']}: {out['pilot_icc']['icc']:.4f}, {100 * out['pilot_icc']['level']:.0f}% CI "
-        f"[{_f(out['pilot_icc']['ci'][0])}, {_f(out['pilot_icc']['ci'][1])}] ({out['pilot_streams']} streams x "
-        f"{out['pilot_games']} games)")
+        f"from pilot {out['pilot']}: {est['icc']:.4f}, {100 * est['level']:.0f}% CI "
+        f"[{_f(est['ci'][0])}, {_f(est['ci'][1])}] ({out['pilot_streams']} streams x {out['pilot_games']} games)")
     console.print(f"[bold]design[/]: detect {100 * out['delta']:g} points in {what}, two-sided alpha {out['alpha']}, "
                   f"power {out['power']}; rho {out['rho']:.4f} ({src}); success rate {out['rate']:.2f}; "
                   f"{out['checkpoints']} checkpoints x {out['runs']} runs + baseline")
+    console.print(f"rho is taken as {out['rho_assumes']}")
+    if out.get("pilot_blocked"):
+        b = out["pilot_blocked"]
+        console.print(f"pilot: crossed streams, {100 * b['block_share']:.0f}% [{100 * b['block_share_ci'][0]:.0f}, "
+                      f"{100 * b['block_share_ci'][1]:.0f}] of the between-stream variance is each run's stream block; "
+                      f"ICC left after the blocks {b['icc']:.4f} (whole ICC {out['pilot_icc']['icc']:.4f})")
     t = Table(title="streams x games per checkpoint that decide (DEFF = 1 + (m - 1) rho)")
     for col in ("streams", "games per checkpoint", "power", "DEFF", "executor episodes", "power with unlimited games"):
         t.add_column(col, justify="right")

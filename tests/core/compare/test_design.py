@@ -192,3 +192,68 @@ def test_design_command_with_a_stated_rho_prints_the_table_and_json() -> None:
     assert text.exit_code == 0 and "DEFF" in text.output and "no number of games" in text.output
     bad = runner.invoke(app, ["design", "--delta", "10"])
     assert bad.exit_code != 0 and "--rho/--pilot: give exactly one" in str(bad.exception)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Crossed streams: the stream blocks cancel in a shape contrast (issue 42)
+
+
+def simulate_blocked_shape(delta: float, rho: float, block_sd: float, streams: int, games: int, checkpoints: int,
+                           alpha: float, sims: int, seed: int) -> float:
+    """Rejection rate of the blocked shape test: beta-binomial streams (rho: their cell-specific correlation) plus
+    a block per run's stream shared by all its checkpoints (sd block_sd on the rate); the centred difference at
+    checkpoint 0 against the randomized-block residual of both runs, df 2 (K - 1)(R - 1)."""
+    rng = np.random.default_rng(seed)
+    k = checkpoints
+    means = np.full(2 * k, 0.5)
+    means[0] += delta * k / (k - 1)
+    means -= means.mean() - 0.5
+    y = np.stack([stream_rates(rng, mu, rho, games, (sims, streams)) for mu in means], axis=1)  # [sims, 2K, R]
+    y = y.reshape(sims, 2, k, streams) + rng.normal(0, block_sd, (sims, 2, 1, streams))
+    cell = y.mean(axis=3)
+    res = y - cell[..., None] - y.mean(axis=2, keepdims=True) + y.mean(axis=(2, 3), keepdims=True)
+    df = 2 * (k - 1) * (streams - 1)
+    s2 = (res**2).sum(axis=(1, 2, 3)) / df
+    est = (cell[:, 0, 0] - cell[:, 0].mean(axis=1)) - (cell[:, 1, 0] - cell[:, 1].mean(axis=1))
+    t = est / np.sqrt(2.0 * (1 - 1 / k) / streams * s2)
+    return float((np.abs(t) > stats.t.ppf(1 - alpha / 2, df)).mean())
+
+
+@pytest.mark.parametrize("delta, rho, streams, games, checkpoints", [
+    (0.08, 0.005, 4, 140, 8),
+    (0.0, 0.01, 3, 64, 4),  # no difference: the level
+])
+def test_blocked_shape_power_matches_simulation_whatever_the_blocks(delta: float, rho: float, streams: int,
+                                                                    games: int, checkpoints: int) -> None:
+    """The design's blocked shape power (rho the ICC left after the blocks, df 2 (K - 1)(R - 1)) against simulated
+    rejections with large stream blocks (sd 10 points on the rate): the blocks do not enter, as they cancel."""
+    predicted = d.power(delta, rho, streams, games, kind="shape", checkpoints=checkpoints, blocked=True)
+    for block_sd in (0.0, 0.10):
+        simulated = simulate_blocked_shape(delta, rho, block_sd, streams, games, checkpoints, 0.05, 4000, 9)
+        assert abs(predicted - simulated) < 0.03, (block_sd, predicted, simulated)
+    assert d.contrast("shape", streams, games, rho, 0.5, checkpoints, blocked=True)[1] == 2 * (checkpoints - 1) * (streams - 1)
+
+
+def test_a_crossed_pilot_sizes_shape_decisions_from_its_blocked_icc(tmp_path) -> None:
+    """A crossed pilot (blocks of sd 0.7 logit per run's stream): the ICC left after the blocks is far below the
+    whole ICC, and `design --kind shape --pilot` plans with it (the lift keeps the whole ICC); the same pilot
+    without its manifest (nested) plans shape with the whole ICC."""
+    from typer.testing import CliRunner
+
+    from twinrun.cli import app
+    from twinrun.core.compare.synthetic import planted_table, write_sweep
+
+    folder = write_sweep(planted_table("flat", seed=1, streams=4, crossed=True, block_sd=0.7, stream_sd=0.1),
+                         tmp_path / "pilot")
+    p = d.pilot_from_sweep(folder)
+    assert p.blocked is not None and p.blocked["icc"] < 0.3 * p.icc.icc and p.blocked["block_share"] > 0.5
+    runner = CliRunner()
+    args = ["design", "--delta", "8", "--pilot", str(folder), "--streams", "4", "--json"]
+    shape = json.loads(runner.invoke(app, args + ["--kind", "shape"]).stdout)
+    lift = json.loads(runner.invoke(app, args).stdout)
+    assert shape["streams_design"] == "crossed" and shape["rho"] == pytest.approx(max(p.blocked["icc"], 0.0))
+    assert "after each run's stream blocks" in shape["rho_assumes"]
+    assert lift["rho"] == pytest.approx(p.icc.icc) and "whole" in lift["rho_assumes"]
+    (folder / "sweep.json").unlink()
+    nested = json.loads(runner.invoke(app, args + ["--kind", "shape"]).stdout)
+    assert nested["streams_design"] == "nested" and nested["rho"] == pytest.approx(p.icc.icc)

@@ -19,6 +19,10 @@ between-stream variances are pooled, as a two-way layout run x checkpoint with R
   The baseline writes no skills, so its true stream variance is at most v: treating it as v is conservative.
 - ``shape``: a difference between two runs' curves after each is centred on its own mean, at one checkpoint:
   delta = (a_k - mean a) - (b_k - mean b). Var = 2 v (1 - 1/K) / R; error df = 2 K (R - 1). K >= 2.
+  With crossed streams (``blocked``: `sweep --streams` plays stream r of every arm with one plan, so stream r is a
+  block of each run, :mod:`.blocks`) the block cancels in the centred difference: v is then the variance of a
+  stream's rate *after* the blocks (rho the ICC of the cell-specific stream part, :attr:`Pilot.blocked`) and the
+  error df are the randomized-block residual's, 2 (K - 1)(R - 1). A lift keeps the block (nested v and df).
 
 Power of the two-sided level-alpha t-test: with ncp = delta / sqrt(Var) and t* = t_{1-alpha/2, df},
 power = P(|T| > t*) for T ~ noncentral t(df, ncp) (scipy ``nct``): the small-sample t for few streams. With one
@@ -67,10 +71,11 @@ def stream_variance(games: int, rho: float, rate: float = 0.5) -> float:
     return rate * (1.0 - rate) / games * design_effect(games, rho)
 
 
-def contrast(kind: Kind, streams: int, games: int | float, rho: float, rate: float, checkpoints: int
-             ) -> tuple[float, int]:
+def contrast(kind: Kind, streams: int, games: int | float, rho: float, rate: float, checkpoints: int,
+             blocked: bool = False) -> tuple[float, int]:
     """(variance of the estimated difference, error df) of the planned test (module docstring). games may be
-    math.inf (the limit of unlimited games: v = p (1 - p) rho)."""
+    math.inf (the limit of unlimited games: v = p (1 - p) rho). blocked: crossed streams, a shape contrast
+    tested against the residual after the stream blocks (rho is then the blocked ICC)."""
     if kind not in ("lift", "shape"):
         raise CompareError(f"--kind: {kind!r} is not a planned difference (fix: lift or shape)")
     if checkpoints < 1 or (kind == "shape" and checkpoints < 2):
@@ -79,14 +84,16 @@ def contrast(kind: Kind, streams: int, games: int | float, rho: float, rate: flo
     v = sigma2 * rho if math.isinf(games) else stream_variance(int(games), rho, rate)
     if kind == "lift":
         return 2.0 * v / streams, (checkpoints + 1) * (streams - 1)
-    return 2.0 * v * (1.0 - 1.0 / checkpoints) / streams, 2 * checkpoints * (streams - 1)
+    df = 2 * (checkpoints - 1) * (streams - 1) if blocked else 2 * checkpoints * (streams - 1)
+    return 2.0 * v * (1.0 - 1.0 / checkpoints) / streams, df
 
 
 def power(delta: float, rho: float, streams: int, games: int | float, *, rate: float = 0.5, alpha: float = 0.05,
-          kind: Kind = "lift", checkpoints: int = 1) -> float:
+          kind: Kind = "lift", checkpoints: int = 1, blocked: bool = False) -> float:
     """Power of the two-sided level-alpha test of a difference `delta` (success-rate scale, e.g. 0.10) with
-    `streams` streams of `games` games per cell: noncentral t with the pooled error df, normal when R = 1."""
-    var, df = contrast(kind, streams, games, rho, rate, checkpoints)
+    `streams` streams of `games` games per cell: noncentral t with the pooled error df, normal when R = 1.
+    blocked (shape only): crossed streams, rho the blocked ICC and the randomized-block df."""
+    var, df = contrast(kind, streams, games, rho, rate, checkpoints, blocked and kind == "shape")
     if var <= 0:
         return 1.0 if delta != 0 else alpha
     ncp = abs(delta) / math.sqrt(var)
@@ -132,14 +139,14 @@ class DesignRow:
 
 def design_table(delta: float, rho: float, *, rate: float = 0.5, alpha: float = 0.05, target: float = 0.8,
                  kind: Kind = "lift", checkpoints: int = 1, runs: int = 1, streams: Sequence[int] = (1, 2, 3, 4, 6, 8, 12, 16),
-                 max_games: int = 100_000) -> list[DesignRow]:
+                 max_games: int = 100_000, blocked: bool = False) -> list[DesignRow]:
     """For each number of streams: the fewest games per checkpoint that reach `target` power, and the cost."""
     _check_inputs(delta, rho, rate, alpha, target)
     rows = []
     for r in streams:
         if r < 1:
             raise CompareError(f"--streams: {r} (fix: 1 or more streams)")
-        kw = dict(rate=rate, alpha=alpha, kind=kind, checkpoints=checkpoints)
+        kw = dict(rate=rate, alpha=alpha, kind=kind, checkpoints=checkpoints, blocked=blocked)
         m = games_needed(delta, rho, r, target=target, max_games=max_games, **kw)
         rows.append(DesignRow(
             streams=r, games=m, power=None if m is None else power(delta, rho, r, m, **kw),
@@ -273,11 +280,41 @@ class Pilot:
     games: int
     checkpoints: int  # per run (the most any run has)
     runs: int
+    blocked: dict[str, Any] | None = None  # crossed streams: the ICC left after the stream blocks (blocked_icc)
+
+
+def blocked_icc(run_rates: Sequence[np.ndarray], icc: StreamICC, sigma2_game: float, level: float = 0.95
+                ) -> dict[str, Any] | None:
+    """The intra-stream correlation that a shape contrast still sees with crossed streams: each run's stream
+    success rates y[K, R] (checkpoint x stream, complete) give the residual after the stream blocks, MS_E =
+    s2_cell + sigma2_game / m (the cell-specific stream variance plus the games' binomial part); then
+    rho_blocked = s2_cell / (s2_cell + sigma2_game), sigma2_game the ICC's within-stream residual (game effects
+    removed). The interval carries MS_E's chi-square interval (sigma2_game, with far more df, taken as known).
+    Also the block share (:func:`twinrun.core.compare.blocks.block_share`)."""
+    from twinrun.core.compare import blocks as blk
+
+    fits = [f for f in (blk.fit_run(y) for y in run_rates) if f is not None]
+    share = blk.block_share(fits, level)
+    if share is None or icc.m0 is None or sigma2_game <= 0:
+        return None
+    m, ss_e, df_e = icc.m0, sum(f.ss_e for f in fits), sum(f.df_e for f in fits)
+    a = (1 - level) / 2
+
+    def rho_of(ms_e: float) -> float:
+        s2c = max(ms_e - sigma2_game / m, 0.0)
+        return s2c / (s2c + sigma2_game)
+
+    return {"icc": rho_of(ss_e / df_e), "ci": [rho_of(ss_e / stats.chi2.ppf(1 - a, df_e)),
+                                               rho_of(ss_e / stats.chi2.ppf(a, df_e))],
+            "level": level, "df_residual": df_e, "block_share": share["share"], "block_share_ci": share["ci"],
+            "method": "residual after each run's stream blocks (checkpoint x stream layout of stream success rates), "
+                      "less the games' binomial part; chi-square interval"}
 
 
 def pilot_from_sweep(path: str | Path, level: float = 0.95) -> Pilot:
     """Estimate rho from a sweep folder with >= 2 streams (:func:`stream_icc_games` on each cell's streams x
-    games outcomes)."""
+    games outcomes); where its streams were crossed (sweep.json's stream plans), also the ICC left after the
+    stream blocks, which sizes shape decisions (:func:`blocked_icc`)."""
     from twinrun.core.compare.load import load_game_table
 
     table = load_game_table([path])
@@ -293,6 +330,32 @@ def pilot_from_sweep(path: str | Path, level: float = 0.95) -> Pilot:
     y = table.outcomes
     runs = {a.run for a in table.arms if a.role == "checkpoint"}
     per_run = max((len({a.checkpoint for a in table.arms if a.run == run}) for run in runs), default=1)
+    blocked = None
+    if table.crossed and icc.icc is not None and icc.df_within > 0:
+        sigma2_game = _within_stream_ms(cells.values())
+        grids = []
+        for run in sorted(runs, key=str):
+            steps = sorted({k[1] for k in cells if k[0] == run and k[1] is not None})
+            reps = sorted({r for k in cells if k[0] == run for r in cells[k]})
+            grids.append(np.array([[float(np.nanmean(cells[(run, s)][r])) if r in cells[(run, s)] else np.nan
+                                    for r in reps] for s in steps]))
+        blocked = blocked_icc(grids, icc, sigma2_game, level)
     return Pilot(icc=icc, rate=float(np.nanmean(y)), streams=streams, games=y.shape[1], checkpoints=per_run,
-                 runs=max(len(runs), 1))
+                 runs=max(len(runs), 1), blocked=blocked)
+
+
+def _within_stream_ms(cells: Any) -> float:
+    """The residual mean square of the streams x games layouts (the ICC's sigma2_game), pooled over cells."""
+    ss = 0.0
+    df = 0
+    for c in cells:
+        y = np.stack([c[r] for r in sorted(c)])
+        y = y[:, ~np.isnan(y).any(axis=0)]
+        r, m = y.shape
+        if r < 2 or m < 2:
+            continue
+        res = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+        ss += float((res ** 2).sum())
+        df += (r - 1) * (m - 1)
+    return ss / df if df else 0.0
 
