@@ -40,6 +40,9 @@ def compare_cmd(
                                             "published summaries): every variance gains the stream variance, a "
                                             "design effect of 1 + (games - 1) RHO; without it one stream decides no "
                                             "shape (docs/compare.md)"),
+    stream_design: str = typer.Option("auto", "--stream-design", help="auto: streams played with shared plans "
+                                      "(sweep.json's stream_plans) are blocks, the rest nested replicates; nested: "
+                                      "nested replicates whatever the manifest says (docs/streams.md)"),
     metrics: list[str] = typer.Option([], "--metrics", help="LABEL=PATH of a run's metrics.jsonl for the "
                                       "training-dynamics figure (repeatable; with --out; the runs of sweep "
                                       "folders are found on their own)"),
@@ -54,7 +57,7 @@ def compare_cmd(
                                max_unmeasured_share=max_unmeasured, family=family,
                                family_map=tuple(_pairs(family_of, "--family-of", "NAME=GLOB", "trl='trl-*'")),
                                rho0=rho0, delta=delta / 100.0, groups=tuple(parse_groups(group)), across=across,
-                               stream_icc=stream_icc)
+                               stream_icc=stream_icc, stream_design=stream_design)
     result = compare(inputs, baseline, settings)
     report_path = None
     if out is not None:
