@@ -26,6 +26,7 @@ DIFFER, CO_MOVE = "shapes differ", "co-move, profiles differ"
 # name: (planted case, table options, stream_design)
 CASES: dict[str, tuple[str, dict, str]] = {
     "flat, blocks 0.7, cell 0.1": ("flat", dict(crossed=True, block_sd=0.7, stream_sd=0.1), "auto"),
+    "flat, blocks 0.7, cell 0.1, nested analysis": ("flat", dict(crossed=True, block_sd=0.7, stream_sd=0.1), "nested"),
     "flat, blocks 0.5 per run + 0.5 shared by runs, cell 0.1": (
         "flat", dict(crossed=True, block_sd=0.5, shared_block_sd=0.5, stream_sd=0.1), "auto"),
     "flat, blocks 0.7, cell 0.3": ("flat", dict(crossed=True, block_sd=0.7, stream_sd=0.3), "auto"),
