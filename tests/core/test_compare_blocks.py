@@ -165,3 +165,19 @@ def test_planted_crossed_rates() -> None:
     assert opp.get("shapes differ", 0) >= 17, opp
     opp_nested, _ = _rates("opposite-0.3", 10, "nested", 200)
     assert opp_nested.get("shapes differ", 0) <= 3, opp_nested
+
+
+def test_what_would_decide_starts_from_the_covariance_the_tests_use() -> None:
+    """The games/streams that would decide extrapolate the pair's noise from the current design: there it must be
+    the covariance of the cell means the interaction uses, diag(s2 / n) (it was s2, R times too much); and with
+    crossed streams it comes from the blocked error, so far fewer streams decide than nested."""
+    n = np.full(16, 4.0)
+    noise = st.split_noise(0.0016, 0.0012, n, 140.0, 2 * 7 * 1)
+    assert noise.cov(140.0, 4.0) == pytest.approx(np.diag(np.full(16, 0.0016 / 4)))
+    assert noise.cov(280.0, 8.0) == pytest.approx(np.diag(np.full(16, (0.0006 + 0.0004) / 8)))
+    t = planted_table("flat", seed=4, n_games=140, **CROSSED)
+    got = {d: compare_games(t, "baseline", CompareSettings(n_boot=300, stream_design=d))["pairs"][0]
+           for d in ("auto", "nested")}
+    blocked = got["auto"]["n_to_decide_detail"]["streams_profile_difference"]
+    nested = got["nested"]["n_to_decide_detail"]["streams_profile_difference"]
+    assert blocked is not None and (nested is None or nested > 2 * blocked)

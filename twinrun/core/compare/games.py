@@ -349,11 +349,11 @@ def _pair_games(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, c
         noise = None
         if icc is not None:
             e_var = icc["sigma2_game"] / icc["games_per_stream"]  # one stream's lift: the part games shrink
-            u_var = max(s2 - e_var, 0.0)  # the part only streams shrink
-            r = float(np.mean(n))
             # one more stream per cell adds K error df per run nested, K - 1 blocked
             per_stream = 2 * (k - 1) if blocked else 2 * k
-            noise = st.Noise(np.diag(e_var * r / n), np.diag(u_var * r / n), icc["games_per_stream"], r, per_stream)
+            # (this was Noise(diag(e_var r / n), ...): the variance of one stream, not of a cell's mean of n
+            # streams, so the games and streams that would decide came out for R times the noise)
+            noise = st.split_noise(s2, e_var, n, icc["games_per_stream"], per_stream)
         what = ("the residual mean square after each run's stream blocks (crossed streams)" if blocked
                 else "the between-stream mean square")
         pn = PairNoise(cov, float(df), noise, f"run x checkpoint interaction of stream lifts, F against {what} "

@@ -318,6 +318,17 @@ class Noise:
         return None if self.df_per_stream is None else self.df_per_stream * (r - 1)
 
 
+def split_noise(s2: float, e_var: float, n: np.ndarray, m: float, df_per_stream: int) -> Noise:
+    """The Noise of a pair's stacked cell means from the error variance s2 of one stream's lift (nested: the
+    within-cell variance; crossed: the residual after the stream blocks) and its part that games shrink, e_var =
+    sigma2_game / m (the rest, s2 - e_var, only streams shrink). n[2K] streams per cell; at the current design
+    cov(m, mean n) = diag(s2 / n), the covariance the interaction and the band use."""
+    r = float(np.mean(n))
+    u_var = max(s2 - e_var, 0.0)
+    game = np.diag(np.full(n.size, min(e_var, s2)) / n)
+    return Noise(game, np.diag(np.full(n.size, u_var) / n), m, r, df_per_stream)
+
+
 def _pass_band(noise: Noise, m: float, r: float, delta: float, z: np.ndarray, level: float) -> float:
     """P(every pointwise interval inside +-delta) when the shapes are identical, from fixed normal draws z[N, K]."""
     df = noise.df(r)
