@@ -129,7 +129,7 @@ def test_lifts_keep_the_block_and_contrasts_lose_it() -> None:
 
 
 def test_report_shows_the_block_share() -> None:
-    from twinrun.core.report import render_comparison
+    from twinrun.core.compare.report import render_comparison
 
     t = planted_table("flat", seed=5, n_games=60, **CROSSED)
     doc = compare_games(t, "baseline", CompareSettings(n_boot=300))
