@@ -1,0 +1,234 @@
+"""The real-training controls' findings, from their committed rows (issue 40).
+
+Two jobs:
+
+* ``python experiments/controls/analyse.py compact --from runs/controls`` copies what the findings rest on out of a
+  controls folder (experiments/controls/controls.py) into ``experiments/controls/data/<control>/``: a sweep folder of
+  that control's runs (sweep.json with their arms and the baseline, one compact row per game: the fields
+  ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl. A few MB in all, so
+  the rows are committed beside the numbers they give.
+* ``python experiments/controls/analyse.py findings`` runs ``twinrun compare``'s own function on each committed
+  control and prints the block docs/findings.md carries between its ``findings:start`` / ``findings:end``
+  markers; ``--write`` puts it there. tests/test_controls_findings.py recomputes the block from the committed rows
+  and fails when it differs, so a change to compare that moves a finding is seen.
+
+The controls (which runs each one holds):
+
+* ``pilot``: TRL and verl, seeds 0 and 1: the stream correlation and the seed spread that size the rest;
+* ``negative``: TRL against verl, every seed trained (the same algorithm: must not say "differ");
+* ``positive``: the slow group (lr / 10, under TRL) against the verl seeds (must say "differ");
+* ``seeds``: the TRL seeds against each other (the seed spread, run pair by run pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "experiments" / "controls" / "data"
+FINDINGS = ROOT / "docs" / "findings.md"
+START, END = "<!-- findings:start (generated: experiments/controls/analyse.py findings --write) -->", "<!-- findings:end -->"
+
+CONTROLS: dict[str, dict[str, Any]] = {
+    "pilot": {"runs": ["trl-s0", "trl-s1", "verl-s0", "verl-s1"], "truth": "same algorithm"},
+    "negative": {"runs": ["trl-s0", "trl-s1", "trl-s2", "verl-s0", "verl-s1", "verl-s2"], "truth": "same algorithm"},
+    "positive": {"runs": ["trlslow-s0", "trlslow-s1", "trlslow-s2", "verl-s0", "verl-s1", "verl-s2"],
+                 "truth": "shapes differ (lr / 10)"},
+    "seeds": {"runs": ["trl-s0", "trl-s1", "trl-s2"], "truth": "same algorithm, same framework"},
+}
+# the fields of a sweep row that `twinrun compare` reads, plus what a reader of the rows wants to see per game
+ROW_FIELDS = ("kind", "arm", "sweep_id", "games_hash", "n_games", "game_id", "game_index", "task_type", "position",
+              "replicate", "role", "run", "run_seed", "checkpoint_step", "executor", "outcome", "unmeasured_reason",
+              "steps", "skill_relevance", "repo_skills", "curator_calls", "wall_s")
+PROVENANCE_FIELDS = ("backend", "checkpoint_hash", "seed", "spec_hash")
+
+
+def compact_row(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row.get(k) for k in ROW_FIELDS if k in row}
+    out["provenance"] = {k: (row.get("provenance") or {}).get(k) for k in PROVENANCE_FIELDS}
+    return out
+
+
+def compact(src: Path, control: str, dst_root: Path = DATA) -> Path | None:
+    """Copy one control's runs out of a controls folder (src: its runs/ and sweep/). None when a run it needs is
+    not swept yet (every arm of it complete), so that a control is committed whole or not at all."""
+    from twinrun.core.records import atomic_write_json, atomic_write_text, read_jsonl
+
+    runs = CONTROLS[control]["runs"]
+    plan = json.loads((src / "sweep" / "sweep.json").read_text(encoding="utf-8"))
+    n = len(plan["games"])
+    arms = [a for a in plan["arms"] if a["role"] == "baseline" or a.get("run") in runs]
+    have = {a.get("run") for a in arms}
+    rows = {a["arm"]: [r for r in read_jsonl(src / "sweep" / "arms" / f"{a['arm']}.jsonl") if r.get("kind") == "eval"]
+            if (src / "sweep" / "arms" / f"{a['arm']}.jsonl").exists() else [] for a in arms}
+    if not set(runs) <= have or any(len(r) < n for r in rows.values()):
+        return None
+    dst = dst_root / control
+    if dst.exists():
+        shutil.rmtree(dst)
+    (dst / "arms").mkdir(parents=True)
+    keep = dict(plan, arms=[dict(a, run_dir=None, checkpoint_path=None, checkpoint_stat=None) for a in arms])
+    atomic_write_json(dst / "sweep.json", keep)
+    for arm, rs in rows.items():
+        atomic_write_text(dst / "arms" / f"{arm}.jsonl",
+                          "".join(json.dumps(compact_row(r), sort_keys=True) + "\n" for r in rs))
+    for run in runs:
+        (dst / "runs" / run).mkdir(parents=True)
+        shutil.copyfile(src / "runs" / run / "metrics.jsonl", dst / "runs" / run / "metrics.jsonl")
+    return dst
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Findings
+
+
+def _pp(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f} pp"
+
+
+def _ci(ci: Any, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    if not ci or ci[0] is None:
+        return "–"
+    return "[" + ", ".join(fmt.format(scale * v) for v in ci) + "]"
+
+
+def _p(p: float | None) -> str:
+    return "–" if p is None else (f"{p:.3f}" if p >= 0.001 else "< 0.001")
+
+
+def cost(data: Path) -> dict[str, Any]:
+    """Executor episodes and CPU wall time the control's rows took: the sweep's games (every row, the baseline's
+    included) and each run's training steps (metrics.jsonl's step wall times)."""
+    from twinrun.core.records import read_jsonl
+
+    rows = [r for f in sorted((data / "arms").glob("*.jsonl")) for r in read_jsonl(f)]
+    train_s, train_episodes = 0.0, 0
+    for m in sorted((data / "runs").glob("*/metrics.jsonl")):
+        steps = {r["step"]: r for r in read_jsonl(m) if r.get("kind", "step") == "step" and "step" in r}
+        train_s += sum(float((r.get("wall_s") or {}).get("step") or 0.0) for r in steps.values())
+        train_episodes += sum(int(r.get("executor_episodes") or 0) for r in steps.values())
+    return {"sweep_episodes": len(rows), "sweep_s": sum(float(r.get("wall_s") or 0.0) for r in rows),
+            "train_episodes": train_episodes, "train_s": train_s}
+
+
+def findings(data_root: Path = DATA) -> dict[str, Any]:
+    """Every committed control through compare (the report's own function and default settings)."""
+    from twinrun.core.compare import CompareSettings, compare
+
+    out: dict[str, Any] = {}
+    for name in CONTROLS:
+        data = data_root / name
+        if not (data / "sweep.json").is_file():
+            continue
+        res = compare([str(data)], "baseline", CompareSettings())
+        st = res["streams"]
+        fw = res["frameworks"]
+        out[name] = {
+            "truth": CONTROLS[name]["truth"],
+            "runs": sorted(res["runs"]),
+            "games_per_stream": st.get("games_per_stream"),
+            "streams": (st.get("streams_per_cell") or {}).get("min"),
+            "design": st.get("design"),
+            "icc": st.get("icc"),
+            "blocks": st.get("blocks"),
+            "frameworks": fw.get("comparisons", []),
+            "groups": fw.get("groups"),
+            "pairs": [{k: p.get(k) for k in ("a", "b", "relation", "verdict", "reason", "pearson")}
+                      | {"interaction_p": (p.get("interaction") or {}).get("p_value")} for p in res["pairs"]],
+            "curves": {r: {"checkpoints": c["checkpoints"], "lifts": c["lifts"]} for r, c in sorted(res["runs"].items())},
+            "baseline_rate": res["baseline"]["success_rate"],
+            "cost": cost(data),
+        }
+    return out
+
+
+def render(f: dict[str, Any]) -> str:
+    """The markdown block docs/findings.md carries (every number in it comes from here)."""
+    lines = [START, ""]
+    for name, c in f.items():
+        lines.append(f"### {name}: {', '.join(c['runs'])} (truth: {c['truth']})")
+        lines.append("")
+        icc, blocks = c["icc"] or {}, c["blocks"] or {}
+        lines.append(f"- design: {c['streams']} streams x {c['games_per_stream']} games per checkpoint, streams "
+                     f"{c['design']}; baseline success {100 * c['baseline_rate']:.1f}%")
+        if icc:
+            lines.append(f"- stream correlation (ICC): {icc['estimate']:.3f} {_ci(icc['ci'], fmt='{:.3f}')}, "
+                         f"design effect {icc['deff']:.2f}")
+        if blocks:
+            lines.append(f"- share of the stream variance a run's stream block carries: {blocks['share']:.2f} "
+                         f"{_ci(blocks['ci'])}; error SD of a stream's lift {100 * blocks['sd_nested']:.1f} pp nested, "
+                         f"{100 * blocks['sd_blocked']:.1f} pp after the blocks")
+        for cmp in c["frameworks"]:
+            an = cmp.get("anova") or {}
+            head = (f"- framework verdict, {cmp['a']} ({cmp['seeds_a']} seeds) vs {cmp['b']} ({cmp['seeds_b']} seeds): "
+                    f"**{cmp.get('verdict') or 'none'}**")
+            if cmp.get("reason"):
+                head += f" (reason {cmp['reason']})"
+            lines.append(head)
+            if an:
+                lines.append(f"  - framework x checkpoint F {an['statistic']:.2f} on ({an['df']:.1f}, {an['df2']:.1f}) df, "
+                             f"p {_p(an['p_value'])}; seed SD of a run's lift {100 * an['seed_sd']:.1f} pp")
+            if cmp.get("pearson") is not None:
+                eq = cmp.get("equivalence") or {}
+                lines.append(f"  - r of the mean curves {cmp['pearson']:.2f} {_ci(cmp.get('pearson_ci'))}; 90% band "
+                             f"half-width {100 * eq.get('half_width_max', float('nan')):.1f} pp against delta "
+                             f"{100 * eq.get('delta', float('nan')):.1f} pp")
+            if cmp.get("note"):
+                lines.append(f"  - {cmp['note']}")
+        for p in c["pairs"]:
+            lines.append(f"- run pair {p['a']} vs {p['b']} ({p['relation'] or 'frameworks unknown'}): {p['verdict']}, "
+                         f"interaction p {_p(p['interaction_p'])}")
+        for run, cv in c["curves"].items():
+            lines.append(f"- {run}: lift by checkpoint " + ", ".join(
+                f"{k}: {_pp(v)}" for k, v in zip(cv["checkpoints"], cv["lifts"])))
+        k = c["cost"]
+        lines.append(f"- cost: {k['sweep_episodes']:,} sweep episodes ({k['sweep_s'] / 60:.0f} min of game play), "
+                     f"{k['train_episodes']:,} training episodes ({k['train_s'] / 60:.0f} min of training steps)")
+        lines.append("")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def doc_block(text: str) -> str | None:
+    if START not in text or END not in text:
+        return None
+    return text[text.index(START): text.index(END) + len(END)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compact")
+    c.add_argument("--from", dest="src", type=Path, default=ROOT / "runs" / "controls")
+    f = sub.add_parser("findings")
+    f.add_argument("--write", action="store_true", help="put the block into docs/findings.md")
+    a = ap.parse_args(argv)
+    if a.cmd == "compact":
+        if not (a.src / "sweep" / "sweep.json").is_file():
+            print(f"--from: {str(a.src)!r} holds no controls sweep (fix: the --out of controls.py)", file=sys.stderr)
+            return 2
+        for name in CONTROLS:
+            dst = compact(a.src, name)
+            print(f"{name}: " + (f"written to {dst}" if dst else "not every run of it is trained and swept yet"))
+        return 0
+    block = render(findings())
+    if not a.write:
+        print(block)
+        return 0
+    text = FINDINGS.read_text(encoding="utf-8")
+    old = doc_block(text)
+    if old is None:
+        print(f"{FINDINGS}: no {START!r} ... {END!r} markers (fix: add them where the block goes)", file=sys.stderr)
+        return 2
+    FINDINGS.write_text(text.replace(old, block), encoding="utf-8")
+    print(f"wrote the findings block of {FINDINGS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

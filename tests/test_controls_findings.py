@@ -1,0 +1,38 @@
+"""docs/findings.md states what the real-training controls found (issue 40): its generated block must be what
+experiments/controls/analyse.py computes from the committed rows (experiments/controls/data/), through compare's own
+function. A change to compare that moves a finding turns this red; so does an edited number in the page."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _analyse():
+    spec = importlib.util.spec_from_file_location("controls_analyse", ROOT / "experiments" / "controls" / "analyse.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_findings_page_is_recomputed_from_the_committed_rows():
+    an = _analyse()
+    block = an.doc_block((ROOT / "docs" / "findings.md").read_text(encoding="utf-8"))
+    assert block is not None, "docs/findings.md: the generated findings block's markers are missing"
+    assert block == an.render(an.findings()), (
+        "docs/findings.md disagrees with the committed control rows (fix: python experiments/controls/analyse.py "
+        "findings --write, and say in the page what moved)")
+
+
+def test_compact_rows_keep_what_compare_reads():
+    an = _analyse()
+    row = {"kind": "eval", "arm": "trl-s0@1", "sweep_id": "s", "games_hash": "g", "n_games": 2, "game_id": "x",
+           "game_index": 0, "outcome": "success", "replicate": 1, "position": 2, "run": "trl-s0", "run_seed": 0,
+           "checkpoint_step": 1, "role": "checkpoint", "curator_ops": [{"big": "x" * 1000}],
+           "provenance": {"backend": "trl", "checkpoint_hash": "h", "host": "vm", "checkpoint": "/abs/path"}}
+    out = an.compact_row(row)
+    assert "curator_ops" not in out and out["provenance"]["backend"] == "trl" and "host" not in out["provenance"]
+    assert {k: out[k] for k in ("arm", "sweep_id", "games_hash", "outcome", "replicate", "position", "run")} == {
+        k: row[k] for k in ("arm", "sweep_id", "games_hash", "outcome", "replicate", "position", "run")}
