@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from twinrun.core.curation.context_shape import ids_digest, input_digest, prompt_token_ids
-from twinrun.core.curation.session import CuratorPrompts
+from twinrun.core.curation import CuratorPrompts
 from twinrun.core.records import RunPaths, read_jsonl
 from twinrun.core.curation.toolcalls import CURATE_TOOL
 from twinrun.core.advantages.training_rows import rollout_rows, row_advantages, rows_by_key

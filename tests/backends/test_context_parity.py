@@ -47,7 +47,7 @@ def test_trl_and_verl_train_the_same_rows_for_the_same_turns(estimator, repo_roo
     from twinrun.backends.verl.names import MESSAGES_FIELD, ROW_TOKENS_KEY
     from twinrun.backends.verl.position_loop import run_per_position
     from twinrun.backends.verl.session import CurationContext
-    from twinrun.core.curation.session import CurationRuntime
+    from twinrun.core.curation import CurationRuntime
     from twinrun.core.rewards.composite import token_counter
     from twinrun.core.advantages.training_rows import row_advantages
     from twinrun.models import build_tiny_qwen3

@@ -48,7 +48,7 @@ FAIL_SHARE = 0.3
 @pytest.fixture(scope="module")
 def scenario(repo_root, alfworld_data):
     """The smoke arm's step-1 and step-2 task groups, the expert plans of step 1's games, the failing tasks."""
-    from twinrun.core.curation.session import TaskGroupSampler
+    from twinrun.core.curation import TaskGroupSampler
     from twinrun.core.envs import make_catalog
     from twinrun.testing.scripted_executor import expert_plans
 

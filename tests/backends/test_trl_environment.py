@@ -103,7 +103,7 @@ def _assistant(ops: list[dict] | None) -> dict:
 @pytest.mark.slow
 @pytest.mark.alfworld
 def test_broker_prefetches_every_samples_turn_and_logs_segments(alfworld_data, repo_root):
-    from twinrun.core.curation.session import CurationRuntime
+    from twinrun.core.curation import CurationRuntime
     from twinrun.core.spec import load_spec
 
     spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml",
@@ -157,7 +157,7 @@ def test_one_valid_call_then_stopping_earns_one_position_of_r_fc(alfworld_data, 
     """The early-stop exploit through TRL's broker: one valid insert, then the curator stops calling (plain text,
     a malformed call, an unknown tool at the iteration cap and the completion cap all look like this to the
     environment: no more curate calls). finish() plays the rest; r_fc = 1/|G|, where pooling paid the full weight."""
-    from twinrun.core.curation.session import CurationRuntime
+    from twinrun.core.curation import CurationRuntime
     from twinrun.core.spec import load_spec
 
     spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", ["executor.max_turns=2"])
@@ -186,7 +186,7 @@ def test_one_valid_call_then_stopping_earns_one_position_of_r_fc(alfworld_data, 
 def test_a_prefetched_turn_that_differs_from_trls_call_raises(alfworld_data, repo_root):
     """The broker applied sample 1's turn as read from TRL's completions; if TRL then calls curate with other
     arguments, submitting them too would apply them to the next position: an error, never a silent shift."""
-    from twinrun.core.curation.session import CurationRuntime
+    from twinrun.core.curation import CurationRuntime
     from twinrun.core.errors import TwinrunError
     from twinrun.core.spec import load_spec
 

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from twinrun.core.advantages import PRESETS  # noqa: E402
-from twinrun.core.curation.session import CurationRuntime, CuratorPrompts, TaskGroup  # noqa: E402
+from twinrun.core.curation import CurationRuntime, CuratorPrompts, TaskGroup  # noqa: E402
 from twinrun.core.envs import EnvPool  # noqa: E402
 from twinrun.core.envs.alfworld import AlfWorldCatalog  # noqa: E402
 from twinrun.core.executors import Executor, ScriptedPolicy  # noqa: E402

@@ -102,7 +102,7 @@ def test_run_dir_refuses_overwrite_and_changed_resume(spec, tmp_path):
 
 @pytest.mark.alfworld
 def test_data_rows_are_cores_task_groups_in_order(spec, alfworld_data):
-    from twinrun.core.curation.session import TaskGroup
+    from twinrun.core.curation import TaskGroup
 
     rows = task_group_rows(spec)
     assert len(rows) == spec.steps * spec.batch.groups_per_step

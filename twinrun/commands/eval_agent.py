@@ -1,4 +1,4 @@
-"""`twinrun eval-agent`: the ScienceWorld agent-evaluation protocol (see twinrun/core/sft/agent_eval.py).
+"""`twinrun eval-agent`: the ScienceWorld agent-evaluation protocol (see twinrun/core/sft/agent_eval/).
 
     twinrun eval-agent --checkpoint runs/sft-trl/checkpoints/step-000002 \\
                        --checkpoint runs/sft-verl/checkpoints/step-000002 --out runs/eval [--passes 4 ...]

@@ -13,7 +13,7 @@ import pytest
 
 from twinrun.core.advantages import estimator_config
 from twinrun.core.advantages.anchors import AnchorError, anchor_stats, record_anchors, step_rows
-from twinrun.core.curation.session import CurationRuntime
+from twinrun.core.curation import CurationRuntime
 from twinrun.core.spec import load_spec
 from twinrun.core.curation.toolcalls import format_curate_call
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from twinrun.core.curation.session import (
+from twinrun.core.curation import (
     CurationError,
     CurationRecord,
     CurationRuntime,
@@ -102,7 +102,7 @@ def test_sampler_is_round_robin_distinct_and_stable_across_processes(alfworld_da
     assert {g.task_type for g in only.step_groups(0)} == {"cool"}
     code = (
         "import json,sys; from twinrun.core.envs.alfworld import AlfWorldCatalog as C; "
-        "from twinrun.core.curation.session import TaskGroupSampler as S; "
+        "from twinrun.core.curation import TaskGroupSampler as S; "
         f"print(json.dumps(S(C({str(alfworld_data)!r}, 'valid_train'), 4, groups_per_step=3, seed=9).group(1, 2).to_row()))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

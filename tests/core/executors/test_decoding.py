@@ -342,7 +342,7 @@ def test_every_new_field_round_trips_yaml_plan_json_sweep_rows_and_rollout_recor
 def curate_one_rollout(spec, alfworld_data):
     """One curation rollout of the spec's first task group (its executor and judge): the curator inserts a skill
     after position 1 and does nothing after, so the judge is asked once; returns the rollout record."""
-    from twinrun.core.curation.session import CurationRuntime
+    from twinrun.core.curation import CurationRuntime
     from twinrun.core.curation.toolcalls import format_curate_call
 
     body = "---\nname: find-then-place\ndescription: Find the object first, then put it in the target.\n---\n" \

@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from twinrun.core.curation.session import CurationRuntime
+from twinrun.core.curation import CurationRuntime
 from twinrun.core.spec import load_spec
 from twinrun.core.curation.toolcalls import format_curate_call
 

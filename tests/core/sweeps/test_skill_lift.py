@@ -20,7 +20,7 @@ GOOD_LOOK = {"function": "new_skill_insert", "arguments": {"skill_name": "look-t
 
 
 def _rollouts(spec, alfworld_data, *, insert: bool, steps: int = 2, rollouts: int = 2) -> list[dict]:
-    from twinrun.core.curation.session import CurationRuntime
+    from twinrun.core.curation import CurationRuntime
 
     records = []
     with CurationRuntime.from_spec(spec, environ={"ALFWORLD_DATA": str(alfworld_data)}, judge=None, workers=0) as rt:
