@@ -19,7 +19,7 @@ def test_a_relative_cache_folder_is_made_absolute(monkeypatch, tmp_path):
 
 
 def test_relative_path_variables_reach_children_absolute(tmp_path):
-    """docs/running.md's by-hand commands export ALFWORLD_DATA=../shared/data/alfworld: verl's agent-loop workers run in
+    """A relative ALFWORLD_DATA (e.g. data/alfworld beside the clone): verl's agent-loop workers run in
     another folder and failed with 'has no json_2.1.1/'; the CLI makes both variables absolute before any child."""
     import subprocess
     import sys

@@ -33,7 +33,7 @@ def test_paper_arm_on_this_cpu_machine(repo_root, tmp_path, alfworld_data):
     from twinrun.app.gpu_checks import gpu_checks
 
     spec = load_spec(repo_root / "experiments" / "skillos-alfworld-qwen3-8b.yaml")
-    rows = _rows(gpu_checks(spec, tmp_path / "runs", environ={"ALFWORLD_DATA": str(alfworld_data)}))
+    rows = _rows(gpu_checks(spec, tmp_path / "runs", environ={"ALFWORLD_DATA": str(alfworld_data), "HF_HUB_OFFLINE": "1"}))
     assert rows["GPUs"].status == "fail" and "resources.gpus_per_node: 8" in rows["GPUs"].why
     assert rows["CUDA / NCCL"].status == "skip"
     for name in ("import vllm", "import flash_attn"):

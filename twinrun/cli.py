@@ -43,12 +43,19 @@ _register_commands()
 
 
 # folders named by environment variables that child processes (verl's trainer, Ray workers) read again from their
-# own working directory: made absolute once here, so the docs' relative `../shared/data/alfworld` works there too
+# own working directory: made absolute once here, so a relative ALFWORLD_DATA=data/alfworld works there too
 PATH_VARIABLES = ("ALFWORLD_DATA", "TWINRUN_CACHE")
 
 
 def absolute_path_variables(environ: dict[str, str] | None = None) -> None:
+    """Make the path variables absolute; an unset ALFWORLD_DATA becomes alfworld's own download folder when that
+    holds the games (where `alfworld-download` writes without the variable), so core reads one variable."""
+    from twinrun.app.environment.data import alfworld_data_folder
+
     environ = os.environ if environ is None else environ
+    found = alfworld_data_folder(environ)
+    if found and not environ.get("ALFWORLD_DATA"):
+        environ["ALFWORLD_DATA"] = found
     for name in PATH_VARIABLES:
         if environ.get(name):
             environ[name] = str(Path(environ[name]).expanduser().resolve())

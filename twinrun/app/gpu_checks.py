@@ -2,32 +2,28 @@
 
 Each check is a row (name, what was found, status, why): ``ok``, ``fail`` (the job would fail or the spec does not
 fit) or ``skip`` (cannot be checked here, with the reason). Nothing is downloaded: model configs are read from a
-local folder or the local HF cache only.
+local folder or the local HF cache only. The checks every command makes before its first write (GPUs, dtype,
+packages, models, endpoints, Ray, --out) are twinrun.app.environment's, shown here all at once; this module adds
+what only a cluster job's sizing needs (GPU memory, CUDA/NCCL, the GPU lock, game counts, context, memory).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata as md
 import os
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twinrun.app.environment import machine, network
+from twinrun.app.environment.command import _spec_endpoints
+from twinrun.app.environment.packages import importable as _importable
+from twinrun.app.environment.rows import Check
 from twinrun.core.errors import TwinrunError
 
 GPU_LOCK = Path(__file__).resolve().parents[2] / "requirements" / "gpu-lock.txt"
 GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    found: str
-    status: str  # "ok" | "fail" | "skip"
-    why: str = ""
 
 
 def devices(spec: Any, cuda: Any = None) -> list[Check]:
@@ -35,13 +31,10 @@ def devices(spec: Any, cuda: Any = None) -> list[Check]:
     import torch
 
     cuda = cuda or torch.cuda
-    want = spec.resources.gpus_per_node
-    if not want:
-        return [Check("GPUs", "-", "skip", "the spec runs on CPU (resources.gpus_per_node: 0)")]
+    rows = machine.gpus(spec.resources.gpus_per_node, cuda=cuda)  # the check every command makes
+    if rows[0].status == "skip":
+        return rows
     have = cuda.device_count() if cuda.is_available() else 0
-    rows = [Check("GPUs", f"{have} on this node", "ok" if have >= want else "fail",
-                  "" if have >= want else f"resources.gpus_per_node: {want} (fix: run on a node with {want} GPUs, "
-                  "or change resources)")]
     if have:
         props = cuda.get_device_properties(0)
         rows.append(Check("GPU memory", f"{props.total_memory / GIB:.0f} GiB ({props.name})", "ok"))
@@ -86,12 +79,8 @@ def versions(lock: Path = GPU_LOCK) -> list[Check]:
 
 
 def importable(module: str, why: str) -> Check:
-    try:
-        importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 - any import failure (missing, CUDA library, ABI) is the finding
-        return Check(f"import {module}", "-", "fail", f"{type(e).__name__}: {str(e).splitlines()[0][:100]} ({why})")
-    return Check(f"import {module}", md.version(module.replace("_", "-")) if module != "flash_attn" else
-                 md.version("flash-attn"), "ok")
+    """The commands' package check, with the import itself (vLLM's included: doctor may take its seconds)."""
+    return _importable(module, why, load=True)
 
 
 def splits(spec: Any, data_root: str | None) -> list[Check]:
@@ -159,10 +148,8 @@ def sizing(spec: Any, out_dir: Path, params: int | None, gpu_memory_gib: float |
         return [Check("disk for checkpoints", "-", "skip", f"{spec.curator.model}'s config is not readable here"),
                 Check("memory per GPU", "-", "skip", "needs the model's parameter count")]
     saves = -(-spec.steps // spec.checkpoint_every)
-    hf = params * 4 * saves
-    native = params * (4 + 8) * saves  # fp32 weights + AdamW moments, sharded but all on disk
-    need = hf + native
-    root = out_dir if out_dir.exists() else next(p for p in out_dir.parents if p.exists())
+    need = machine.checkpoint_bytes(params, saves)  # the sizing every training command checks its --out against
+    root = machine.nearest_existing(out_dir)
     free = shutil.disk_usage(root).free
     rows = [Check("disk for checkpoints", f"{need / GIB:.0f} GiB needed per backend, {free / GIB:.0f} GiB free "
                   f"at {root}", "ok" if free >= need else "fail",
@@ -183,10 +170,15 @@ def sizing(spec: Any, out_dir: Path, params: int | None, gpu_memory_gib: float |
 def gpu_checks(spec: Any, out_dir: Path, environ: dict[str, str] | None = None, cuda: Any = None) -> list[Check]:
     environ = dict(os.environ if environ is None else environ)
     rows = devices(spec, cuda)
+    rows += machine.compute_dtype(spec.curator.precision, spec.resources.gpus_per_node, cuda=cuda)
+    rows += machine.out_writable(out_dir)
     rows += versions()
     rows.append(importable("vllm", "the curator's rollout in both backends on GPUs"))
     rows.append(importable("flash_attn", "verl's padding-free batches, model.use_remove_padding"))
     rows += splits(spec, environ.get("ALFWORLD_DATA"))
+    rows += network.model_id("curator.model", spec.curator.model, environ)
+    rows += _spec_endpoints(spec, environ)
+    rows += network.ray_address(spec.resources.ray_address, "resources.ray_address")
     rows += context(spec)
     memory = next((float(r.found.split()[0]) for r in rows if r.name == "GPU memory"), None)
     rows += sizing(spec, out_dir, parameter_count(spec.curator.model), memory)

@@ -106,6 +106,11 @@ def eval_agent(
         err = getattr(e, "errors", lambda: [{"loc": ("?",), "msg": str(e), "input": None}])()[0]
         raise TwinrunError(f"--{str(err['loc'][0]).replace('_', '-')}: {err.get('input')!r} {err['msg']}") from None
 
+    from twinrun.app.environment import check_environment
+    from twinrun.models.tiny import TINY_QWEN3
+
+    check_environment("eval-agent", out=out, models=[c for c in checkpoint if c != TINY_QWEN3],
+                      teacher=(base_url, model, api_key_env) if base_url else None)
     if threads is not None:
         import torch
 

@@ -39,6 +39,10 @@ def parity(
     from twinrun.app.parity.run import record_rollouts, run_parity
 
     spec = spec_from_cli(spec_path, sets)
+    from twinrun.app.environment import check_environment
+
+    check_environment("parity", spec, out=out, backends=["trl", "verl"],
+                      models=[str(model)] if model is not None else ())
     cdir = cache_dir(cache)
     log = (lambda m: typer.echo(m, err=True)) if as_json else typer.echo
     path = rollouts or record_rollouts(spec, cdir, out / "recorded", log=log)

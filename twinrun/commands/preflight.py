@@ -23,7 +23,10 @@ def preflight(
 ) -> None:
     """Run one training step through SPEC's configuration with a 2-layer random curator of the same architecture:
     a config error shows in minutes (run it under the same launcher as `train`)."""
+    from twinrun.app.environment import check_environment
     from twinrun.app.preflight import preflight as run_preflight
+
+    check_environment("preflight", spec_from_cli(spec_path, sets), out=out, backends=[backend])
 
     print_json(run_preflight(lambda extra: spec_from_cli(spec_path, [*sets, *extra]), backend, out,
                              cache_dir=cache_dir(cache)))

@@ -42,6 +42,12 @@ def rose(
     check_dependencies(backend)
     check_dependencies("trl")  # the shared tokenization and the student's generation need transformers
     spec = spec_from_cli(spec_path, sets)
+    from twinrun.app.environment import check_environment
+
+    t = spec.sft.teacher
+    teacher = None if data_from is not None or not (base_url or t.base_url) else \
+        (base_url or t.base_url, model or t.model, t.api_key_env)
+    check_environment("rose", spec, out=out, teacher=teacher)
     result = run_rose(spec, backend, out, cache_dir=cache_dir(cache), data_from=data_from, resume=resume,
                       base_url=base_url, model=model, progress=lambda m: typer.echo(m, err=True))
     for r in result["rounds"]:

@@ -62,6 +62,9 @@ def run(
     if out.exists() and any(out.iterdir()) and not resume:
         raise TwinrunError(f"--out: {str(out)!r} already holds a run (fix: pass --resume to continue it, or a new folder)")
     sw.check_streams(out / "sweep", spec.sweep.streams)  # a sweep planned with other streams: refused before training
+    from twinrun.app.environment import check_environment
+
+    check_environment("run", spec, out=out, backends=backends, runs=len(backends) * max(len(seed_list), 1))
     counts = plan["backends"][backends[0]]["counts"]
     console.print(
         f"[bold]twinrun run[/] {spec.name}: backends {', '.join(backends)}; per step "

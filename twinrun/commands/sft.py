@@ -57,7 +57,10 @@ def sft(
         if spec.sft.data is None and episodes is not None:
             the_plan = plan_without_data(spec, episodes)
         else:
+            from twinrun.app.environment import check_environment
+
             check_dependencies("trl")  # tokenizing needs transformers
+            check_environment("sft-plan", spec)  # the tokenizer's model: cached or reachable, or one line now
             the_plan = prepare_sft(spec, cache_dir=cache_path).plan
         if as_json:
             print_json(the_plan.to_json())
@@ -73,6 +76,9 @@ def sft(
         raise TwinrunError("--out: missing (fix: name a run directory; there is no default)")
     check_dependencies(backend)
     check_dependencies("trl")  # the shared tokenization needs transformers
+    from twinrun.app.environment import check_environment
+
+    check_environment("sft", spec, out=out, backends=[backend])
     module, _, attr = SFT_TRAINERS[backend].partition(":")
     train = getattr(importlib.import_module(module), attr)
     prepared = prepare_sft(spec, cache_dir=cache_path)

@@ -100,6 +100,9 @@ def sweep_cmd(
         sets = [*sets, f"executor.model={executor}"]
     spec = spec_from_cli(spec_path, sets)
     _check_inputs(spec, out, run_dirs, parse_replicates(replicates)[1])  # a step --replicates names must exist
+    from twinrun.app.environment import check_environment
+
+    check_environment("sweep", spec, out=out, ray=ray, device=device, split=split)  # before sweep.json is written
     aliased = replicates_as_streams(replicates, list(sw.parse_run_dirs(run_dirs)))
     if aliased is not None and streams is not None and streams != aliased:
         raise sw.SweepError(f"--replicates: {' '.join(replicates)!r} means --streams {aliased}, but --streams "

@@ -45,6 +45,10 @@ def train(
             "refusing to train an arm its twin would not match (fix: run `twinrun plan` and align the knobs)"
         )
     registry.check_runnable(backend, spec)  # e.g. a schedule verl rejects only inside its child
+    from twinrun.app.environment import check_environment
+
+    # the node, packages, models, data, endpoints and disk: one line now, not a framework's traceback later
+    check_environment("train", spec, out=out, backends=[backend])
     from twinrun.backends.trl.launch import launched
 
     if launched(os.environ):  # a rank of torchrun / accelerate: it dies with its launcher (kill -9 included)

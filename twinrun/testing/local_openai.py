@@ -46,6 +46,7 @@ class LocalOpenAIServer:
         models answer ``temperature`` or ``max_tokens``; ``name_param=False`` leaves ``param`` null and the
         message generic (an endpoint whose error does not say which field it refused).
     record: keep every request body in ``requests`` (tests inspect what was sent).
+    api_key: when set, a request without ``Authorization: Bearer <api_key>`` gets HTTP 401 (vLLM's --api-key).
     """
 
     def __init__(
@@ -63,7 +64,9 @@ class LocalOpenAIServer:
         rejects: tuple[str, ...] | list[str] = (),
         name_param: bool = True,
         record: bool = False,
+        api_key: str | None = None,
     ):
+        self.api_key = api_key
         self.responder = responder
         self.rejects = tuple(rejects)
         self.name_param = name_param
@@ -135,7 +138,15 @@ class LocalOpenAIServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _refused_key(self) -> bool:
+                if server.api_key is None or self.headers.get("Authorization") == f"Bearer {server.api_key}":
+                    return False
+                self._send(401, {"error": {"message": "Unauthorized", "type": "invalid_request_error"}})
+                return True
+
             def do_GET(self) -> None:  # noqa: N802
+                if self._refused_key():
+                    return
                 path = self.path.split("?", 1)[0].rstrip("/")
                 if path.endswith("/models"):
                     card = {"id": server.model, "object": "model", "created": int(time.time()),
@@ -150,6 +161,8 @@ class LocalOpenAIServer:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length", 0))
                 req = json.loads(self.rfile.read(length) or b"{}")
+                if self._refused_key():
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": "not found"}})
                     return
