@@ -5,8 +5,8 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-SHARED_ALFWORLD := $(abspath ../shared/data/alfworld)
-ALFWORLD_DATA ?= $(if $(wildcard $(SHARED_ALFWORLD)/json_2.1.1),$(SHARED_ALFWORLD),)
+# the ALFWorld games: $ALFWORLD_DATA, else where alfworld's own `alfworld-download` writes (alfworld/info.py)
+ALFWORLD_DATA ?= $(HOME)/.cache/alfworld
 TWINRUN_CACHE ?= $(abspath .cache/twinrun)
 DEMO_OUT ?= runs/smoke-cpu
 LEARN_OUT ?= runs/learn
@@ -22,13 +22,13 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env demo learn controls test test-all test-fast test-kernels plan bench clean-demo
+.PHONY: env alfworld-data demo learn controls test test-all test-fast test-kernels plan bench clean-demo
 
 env: $(VENV)/.installed
 
 # torch goes in first, alone: its CPU wheel (2.13.0) is what every later requirement then resolves against;
 # asking for plain `torch` later would pull a multi-GB CUDA build. The lock pins the whole environment so pip
-# does not backtrack (frameworks-on-cpu.md).
+# does not backtrack (docs/frameworks-on-cpu.md).
 $(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -36,23 +36,25 @@ $(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
 	$(BIN)/python -m pip install -q -c requirements/cpu-lock.txt -e '.[all]'
 	touch $@
 
-demo: env
-	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
+# no games yet: fetch them as a user on a connected machine would (alfworld-download writes to $ALFWORLD_DATA)
+alfworld-data: env
+	@if [ ! -d "$(ALFWORLD_DATA)/json_2.1.1" ]; then echo "no ALFWorld games in $(ALFWORLD_DATA): alfworld-download"; \
+	$(BIN)/alfworld-download || { echo "alfworld-download failed (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; }; fi
+
+demo: env alfworld-data
 	$(BIN)/twinrun run experiments/smoke-cpu.yaml --out $(DEMO_OUT) --resume
 
 # the CPU learning check (bench/learning.py, ~25 minutes on 2 cores): both backends train the learning arm
 # (experiments/learn-cpu.yaml) 30 steps
 # from the same warm start; prints per-step reward and paired skill lift per backend, their rise from the warm start
 # with a 95% Welch interval, the held-out rise from the warm start (exact McNemar) and the comparison's verdict
-learn: env
-	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
+learn: env alfworld-data
 	$(BIN)/python bench/learning.py --out $(LEARN_OUT)
 
 # the real-training controls (experiments/controls/controls.py, hours on 2 cores; resumable, rerun to continue):
 # the learning arm under TRL and verl at 3 seeds each and a slow-rate group, trained one run at a time, each followed
 # by a sweep of every run so far (4 streams x 32 games per checkpoint)
-controls: env
-	@if [ -z "$(ALFWORLD_DATA)" ]; then echo "ALFWORLD_DATA is not set and ../shared/data/alfworld is missing (fix: export ALFWORLD_DATA=<folder with json_2.1.1/>)"; exit 2; fi
+controls: env alfworld-data
 	$(BIN)/python experiments/controls/controls.py --out $(CONTROLS_OUT)
 
 # exit status 5 = pytest collected nothing (a wrong path or marker): a failure here, not a pass

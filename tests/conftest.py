@@ -1,7 +1,7 @@
-"""Test-wide environment: no hub, no Ray auth token, the shared ALFWorld games.
+"""Test-wide environment: no hub, no Ray auth token, the ALFWorld games.
 
-ALFWORLD_DATA points at ../shared/data/alfworld (real ALFWorld games laid out as `alfworld-download` would);
-the files are read from there, never copied into the repository.
+The games come from ALFWORLD_DATA (`.ci/run` sets it to the test games), else from ~/.cache/alfworld where
+`alfworld-download` writes them; they are read from there, never copied into the repository.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_ALFWORLD = REPO.parent / "shared" / "data" / "alfworld"
+DOWNLOADED_ALFWORLD = Path("~/.cache/alfworld").expanduser()  # alfworld-download's folder (alfworld/info.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -22,8 +22,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("WANDB_MODE", "disabled")
-if "ALFWORLD_DATA" not in os.environ and SHARED_ALFWORLD.is_dir():
-    os.environ["ALFWORLD_DATA"] = str(SHARED_ALFWORLD)
+if "ALFWORLD_DATA" not in os.environ and (DOWNLOADED_ALFWORLD / "json_2.1.1").is_dir():
+    os.environ["ALFWORLD_DATA"] = str(DOWNLOADED_ALFWORLD)
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +32,8 @@ def repo_root() -> Path:
 
 
 NO_ALFWORLD = "ALFWORLD_DATA with json_2.1.1/ not found"
-ALFWORLD_FIX = ("fix: export ALFWORLD_DATA=<folder holding json_2.1.1/> (../shared/data/alfworld, or "
-                "`alfworld-download`)")
+ALFWORLD_FIX = ("fix: export ALFWORLD_DATA=<folder holding json_2.1.1/>, or run `alfworld-download` "
+                "(it writes ~/.cache/alfworld)")
 
 
 def _alfworld_missing() -> bool:

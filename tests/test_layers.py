@@ -1,4 +1,4 @@
-"""DESIGN.md's layers: core < models < backends < app < commands/cli; an import only ever points down.
+"""docs/design.md's layers: core < models < backends < app < commands/cli; an import only ever points down.
 
 Checked two ways: on the source (every import statement, lazy ones inside functions included, and every string
 that names a module, as plugin targets and ``importlib.import_module`` arguments do), and by importing every core

@@ -1,4 +1,4 @@
-"""DESIGN.md: core never imports trl, verl, ray, vllm or torch at module level."""
+"""docs/design.md: core never imports trl, verl, ray, vllm or torch at module level."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ print(len(names), loaded)
 
 
 def test_backends_never_import_each_other(repo_root):
-    """DESIGN.md: a backend imports core and its own framework, never the other backend (shared rules live in
+    """docs/design.md: a backend imports core and its own framework, never the other backend (shared rules live in
     core, e.g. core.policy_input.segment_positions). Checked on the source text, so a lazy import counts too."""
     import re
 

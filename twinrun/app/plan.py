@@ -2,7 +2,7 @@
 
 No framework is imported: the backends' `compile_spec` functions are pure python. The plan refuses (exit 2)
 when the realised per-step counts differ between backends; knobs that cannot be made equal are listed as
-`divergent` with the reason (advantage-semantics.md §9.2), never hidden.
+`divergent` with the reason (docs/advantage-semantics.md §9.2), never hidden.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _anchor_text(spec: ExperimentSpec) -> str:
 
 
 def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
-    """Differences that no knob removes (advantage-semantics.md §9.2), stated for this spec."""
+    """Differences that no knob removes (docs/advantage-semantics.md §9.2), stated for this spec."""
     both = {b: "(framework)" for b in backends}
     per_position = spec.curator.context == "per_position"
     rows = [

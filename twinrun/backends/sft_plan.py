@@ -91,7 +91,7 @@ def _check_schedule(spec: ExperimentSpec, backend: str) -> None:
 
 
 def _trl_bf16(spec: ExperimentSpec) -> bool:
-    # bf16 on CPU is either refused or ~15x slower (frameworks-on-cpu.md): CPU runs are fp32 in both
+    # bf16 on CPU is either refused or ~15x slower (docs/frameworks-on-cpu.md): CPU runs are fp32 in both
     precision = spec.sft.precision or spec.curator.precision
     return spec.resources.gpus_per_node > 0 and precision == "bf16"
 

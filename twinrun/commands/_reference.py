@@ -17,7 +17,7 @@ INTRO = """\
 
 Generated from the CLI by `python -m twinrun.commands._reference --write docs/commands.md`; a test fails when it
 is not current, so this page lists every command and every option the installed `twinrun` has. Every command also
-prints its options with `--help`. A spec field is overridden with `--set a.b=value`, one field per `--set`
+prints its options with `--help`. A spec field is overridden with `--set optimizer.lr=1e-5`, one field per `--set`
 (repeat the option for several). Any refusal is one line on stderr and exit code 2; an endpoint or simulator that
 fails mid-run is exit code 3 (rows written so far are kept).
 """

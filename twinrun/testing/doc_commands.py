@@ -103,7 +103,7 @@ def spec_field_problems(sets: list[str], spec_file: Path | None) -> list[str]:
         key, eq, value = s.partition("=")
         if not eq:
             problems.append(f"--set {s}: not FIELD=VALUE")
-        elif key not in fields and not key.startswith("overrides."):
+        elif key not in fields and not key.startswith("overrides.") and not PLACEHOLDER.match(key):
             problems.append(f"--set {s}: {key} is not a spec field")
     if problems or any(PLACEHOLDER.match(s.partition("=")[2]) for s in sets) or not sets:
         return problems

@@ -1,7 +1,7 @@
 """Advantage math on hand-computed cases (arithmetic written out), plus a loop-based oracle for GiGPO.
 
 Framework parity lives in tests/backends/test_advantage_parity.py; GiGPO has no installed reference, so its
-cases here are computed by hand from advantage-semantics.md §3.4/§6.
+cases here are computed by hand from docs/advantage-semantics.md §3.4/§6.
 """
 
 from __future__ import annotations

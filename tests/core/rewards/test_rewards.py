@@ -1,4 +1,4 @@
-"""Composite reward arithmetic on hand-computed cases (paper §3.2.2; advantage-semantics.md §8.2)."""
+"""Composite reward arithmetic on hand-computed cases (paper §3.2.2; docs/advantage-semantics.md §8.2)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from twinrun.core.spec import ExperimentSpec
 TRL_VERSION = "1.16.0"
 MASTER_TORCH_DTYPE = "float32"  # the master weights' dtype in both backends (verl: fsdp_config.model_dtype fp32)
 
-# neutral loss aggregation -> TRL loss_type (advantage-semantics.md §9.1, §9.2 item 5)
+# neutral loss aggregation -> TRL loss_type (docs/advantage-semantics.md §9.1, §9.2 item 5)
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum": "dr_grpo"}
 SCHEDULE = {"constant": "constant", "linear": "linear", "cosine": "cosine"}
 # TRL applies the advantage from core; `scale_rewards` is pinned to the same scaling so TRL's own logged
@@ -119,7 +119,7 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "report_to": "none",
         "seed": spec.seed,
         "data_seed": spec.seed,
-        # --- precision (DESIGN.md "precision is part of the arm"): fp32 master weights (the loaded model, which
+        # --- precision (docs/design.md "precision is part of the arm"): fp32 master weights (the loaded model, which
         # AdamW updates; TRL 1.16's default, pinned), the spec's compute dtype as HF's bf16 mixed precision (torch
         # autocast; under DeepSpeed ZeRO-3 bf16 parameters with fp32 optimizer partitions), on CPU as on GPU so
         # the two backends compute alike. Checkpoints hold the master weights (HF save_model)

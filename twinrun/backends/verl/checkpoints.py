@@ -9,7 +9,7 @@ temporary folder and renames it into place (the callback class is in callback.py
 Precision: verl's merger casts every shard to bf16 (``FSDPModelMerger._load_and_merge_state_dicts``), so an arm
 trained with fp32 master weights would be swept from bf16 copies while TRL's checkpoints hold fp32. The merger here
 keeps the shards' own dtype: the FSDP actor's parameters are the master weights (``fsdp_config.model_dtype``), and
-a checkpoint is saved at the precision it was trained in (DESIGN.md).
+a checkpoint is saved at the precision it was trained in (docs/design.md).
 """
 
 from __future__ import annotations

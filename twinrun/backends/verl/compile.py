@@ -180,7 +180,7 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         "trainer.logger": ["console"],
         "data.seed": spec.seed,
         f"{R}.seed": spec.seed,
-        # --- precision (DESIGN.md "precision is part of the arm"): fp32 master weights in both backends (the FSDP
+        # --- precision (docs/design.md "precision is part of the arm"): fp32 master weights in both backends (the FSDP
         # actor's parameters, which AdamW updates), the spec's compute dtype through FSDP's mixed precision (as TRL's
         # bf16 autocast / DeepSpeed's bf16), gradients reduced in fp32. The reference policy holds and computes the
         # same way (its engine has its own fsdp_config: left alone it loads bf16 weights and computes in bf16, and

@@ -27,7 +27,7 @@ def cpu_ray_cpus(workers: int) -> int:
 
 def cpu_overrides(workers: int = 1) -> dict[str, Any]:
     """Overrides that run main_ppo on CPU with the transformers rollout and the `cpu` platform
-    (frameworks-on-cpu.md, checked against verl 0.9.1). ``workers``: actor/rollout workers on this node (FSDP
+    (docs/frameworks-on-cpu.md, checked against verl 0.9.1). ``workers``: actor/rollout workers on this node (FSDP
     ranks over gloo, each with its own transformers server), and as many agent-loop worker processes, so
     records are written by several processes as on a cluster."""
     return {

@@ -2,7 +2,7 @@
 
 twinrun computes advantages once, here, so both backends train on the same numbers and `twinrun advdiff` can show
 how far the frameworks' own defaults would drift apart on the same rewards. Reference:
-`shared/reference/advantage-semantics.md` (§1.2 verl GRPO, §3.4/§6 GiGPO, §4.2 TRL, §10 presets); every preset
+`docs/advantage-semantics.md` (§1.2 verl GRPO, §3.4/§6 GiGPO, §4.2 TRL, §10 presets); every preset
 below was checked against the installed trl 1.16.0 / verl 0.9.1 source (tests/backends/test_advantage_parity.py).
 
 Shapes: ``B`` = rows. A row is one sample the policy is trained on: one rollout (GRPO over whole curation

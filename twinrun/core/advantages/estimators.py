@@ -175,7 +175,7 @@ def gigpo(
     episode_singleton: Singleton = "mean0_std1",
     step_singleton: Singleton = "zero",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GiGPO (Feng et al. 2025) as verl-agent implements it (advantage-semantics.md §3.4, §6).
+    """GiGPO (Feng et al. 2025) as verl-agent implements it (docs/advantage-semantics.md §3.4, §6).
 
     Args:
         step_rewards: float[B] env reward r_{j,t} of each (trajectory j, step t) row; a NaN/None in any row makes

@@ -28,7 +28,7 @@ deleting a skill at every position earns the full r_fc and r_cnt with an empty r
 A weight of None disables a term (recorded ``disabled``, not computed); 0.0 computes and records it unweighted.
 A term whose denominator is 0 (pooled: no calls, nothing judged) has value None and contributes 0.
 
-``step_rewards`` decomposes the total over curator turns (advantage-semantics.md §8.2) so GiGPO can use it:
+``step_rewards`` decomposes the total over curator turns (docs/advantage-semantics.md §8.2) so GiGPO can use it:
 turn i gets the task success it precedes (ξ_{i+1}) / n_measured, and its own share of every other term (per
 position: λ_f Valid(c_i)/|G|, λ_u Judge(c_i)/|M|, λ_c comp_i/n_comp; pooled: its valid ops / all ops, its VALID
 verdicts / all measured verdicts). They sum to the total (to float rounding). With every position measured this
