@@ -3,10 +3,12 @@ by the real CLI's parser (required arguments and options included, placeholders 
 value of their option's type), every `--set FIELD=VALUE` names a spec field and loads through the spec loader, and
 every relative link reaches a file and heading. docs/commands.md is generated from the CLI and must be current.
 
-On the docs before this test (main at d05ed47) it reported 34 problems, among them README's `twinrun preflight SPEC
---backend trl|verl` (Missing option '--out'), docs/spec.md's `twinrun run SPEC` (Missing option '--out'),
-measured.md's and DIVERGENCES.md's `twinrun parity --knobs` (Missing argument 'SPEC'), docs/scale.md's
-`--set a=1 b=2` (one field per --set) and README's link running.md#the-demo (no such heading).
+On the docs before this test (main at d05ed47) it reported 23 problems (tests/data/docs-test-on-main-d05ed47.txt),
+among them README's `twinrun preflight SPEC --backend trl|verl` (Missing option '--out'), docs/spec.md's
+`twinrun run SPEC --set curator.context=accumulated` (Missing option '--out'), measured.md's and DIVERGENCES.md's
+`twinrun parity --set curator.context=accumulated --knobs` (Missing argument 'SPEC'), measured.md's
+`--set executor.expert_prob=0.6 executor.skill_effect=0 ...` (one field per --set) and README's link
+running.md#the-demo (no such heading).
 """
 
 from __future__ import annotations
