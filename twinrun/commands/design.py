@@ -1,5 +1,8 @@
-"""`twinrun design --delta PP (--rho R | --pilot SWEEP_DIR)`: the streams x games per checkpoint that would decide
-a difference, and what they cost in executor episodes, before a GPU hour is spent (docs/streams.md).
+"""`twinrun design --delta PP (--rho R | --pilot SWEEP_DIR)`: the streams that would decide a difference at the
+protocol's games per stream, and what they cost in executor episodes, before a GPU hour is spent (docs/streams.md).
+
+The games per stream are the protocol's (a stated --games-per-stream, the spec's environment.eval_games, a pilot's
+games, else the whole split) and never more than the held-out split holds (:mod:`twinrun.core.envs.splits`).
 
 The math lives in :mod:`twinrun.core.compare.design` (pure); this module parses and prints.
 """
@@ -11,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
+
+
+ENV_NAMES = {"alfworld": "ALFWorld", "sciworld": "ScienceWorld"}
 
 
 def register(app: typer.Typer) -> None:
@@ -44,14 +50,24 @@ def design_cmd(
     checkpoints: int | None = typer.Option(None, "--checkpoints", min=1, help="checkpoints per run (default: the "
                                            "pilot's, else 8)"),
     runs: int | None = typer.Option(None, "--runs", min=1, help="runs swept together (default: the pilot's, else 2)"),
-    streams: str = typer.Option("1,2,3,4,6,8,12,16", "--streams", help="the numbers of streams to tabulate"),
-    max_games: int = typer.Option(100_000, "--max-games", min=1, help="the most games per checkpoint considered"),
+    streams: str = typer.Option("1,2,3,4,6,8,12,16,24,32,48,64", "--streams",
+                                help="the numbers of streams to tabulate (those up to --max-streams)"),
+    max_streams: int = typer.Option(64, "--max-streams", min=1, help="the most streams per cell a design may name; "
+                                    "where none up to it decides, the output says so"),
+    games_per_stream: int | None = typer.Option(None, "--games-per-stream", help="the protocol's games per stream "
+                                                "(default: the spec's environment.eval_games, else the pilot's "
+                                                "games, else the whole split); never more than the split holds"),
+    spec_path: Path | None = typer.Option(None, "--spec", help="experiment spec: games per stream from "
+                                          "environment.eval_games (null: the whole split), the split from "
+                                          "environment.name and eval_split"),
+    split: str | None = typer.Option(None, "--split", help="the held-out split whose size caps the games per stream "
+                                     "(default: the spec's environment.eval_split, else ALFWorld valid_seen)"),
     streams_design: str = typer.Option("crossed", "--streams-design", help="shape only: crossed (sweep --streams "
                                        "plays stream r of every arm with one plan: the stream blocks cancel, rho is "
                                        "the ICC left after them) or nested (rho the whole intra-stream correlation)"),
     as_json: bool = typer.Option(False, "--json", help="print the design as JSON"),
 ) -> None:
-    """How many streams x games per checkpoint decide a difference of --delta points, and what that costs."""
+    """How many streams at the protocol's games per stream decide a difference of --delta points, and the cost."""
     from twinrun.core.compare import design as d
     from twinrun.core.errors import TwinrunError
 
@@ -92,22 +108,63 @@ def design_cmd(
     rate = 0.5 if rate is None else rate
     checkpoints = 8 if checkpoints is None else checkpoints
     runs = 2 if runs is None else runs
+    proto = protocol(games_per_stream, spec_path, split, info.get("pilot_games"))
     kw: dict[str, Any] = dict(rate=rate, alpha=alpha, target=target, kind=kind, checkpoints=checkpoints, runs=runs,
-                              streams=parse_int_list(streams, "--streams"), max_games=max_games, blocked=blocked)
-    rows = d.design_table(delta / 100, rho, **kw)
-    rows_upper = d.design_table(delta / 100, min(upper, 0.99), **kw) if upper is not None else None
+                              streams=parse_int_list(streams, "--streams"), max_streams=max_streams,
+                              split_games=proto["split_games"], split=proto["split_label"],
+                              games_source=proto["source"], blocked=blocked)
+    des = d.design_table(delta / 100, rho, proto["games"], **kw)
+    des_upper = d.design_table(delta / 100, min(upper, 0.99), proto["games"], **kw) if upper is not None else None
     out = {"delta": delta / 100, "kind": kind, "rho": rho, "rho_source": "pilot" if pilot else "stated",
            "streams_design": "crossed" if blocked else "nested", "rho_assumes": assumes,
            "rate": rate, "alpha": alpha, "power": target, "checkpoints": checkpoints, "runs": runs, **info,
-           "rows": [r.__dict__ for r in rows],
-           "rows_at_rho_upper": None if rows_upper is None else [r.__dict__ for r in rows_upper]}
+           "games_per_stream": proto["games"], "games_source": proto["source"],
+           "split": {"env": proto["env"], "name": proto["split"], "games": proto["split_games"],
+                     "label": proto["split_label"]},
+           "max_streams": max_streams, "streams_needed": des.streams, "power_at_max_streams": des.power_at_cap,
+           "rows": [r.__dict__ for r in des.rows],
+           "at_rho_upper": None if des_upper is None else {
+               "rho": upper, "streams_needed": des_upper.streams, "power_at_max_streams": des_upper.power_at_cap,
+               "rows": [r.__dict__ for r in des_upper.rows]}}
     if as_json:
         typer.echo(json.dumps(out, indent=1))
         return
-    _print(out, rows, rows_upper, upper)
+    _print(out, des)
 
 
-def _print(out: dict[str, Any], rows: list[Any], rows_upper: list[Any] | None, upper: float | None) -> None:
+def protocol(stated: int | None, spec_path: Path | None, split: str | None, pilot_games: int | None) -> dict[str, Any]:
+    """The protocol's games per stream and the split that caps them: a stated --games-per-stream, else the spec's
+    environment.eval_games (null: the whole split), else the pilot's games, else the whole split. The environment
+    and split are the spec's (--split overrides the split), else ALFWorld valid_seen."""
+    from twinrun.core.envs.splits import held_out_games
+    from twinrun.core.errors import TwinrunError
+
+    env, eval_games, where = "alfworld", None, None
+    if spec_path is not None:
+        from twinrun.core.spec import load_spec
+
+        e = load_spec(spec_path).environment
+        env, eval_games, where = e.name, e.eval_games, f"environment.eval_games in {str(spec_path)!r}"
+        split = split or e.eval_split
+    split = split or "valid_seen"
+    n_split = held_out_games(env, split)
+    label = f"{ENV_NAMES.get(env, env)} {split}"
+    if stated is not None:
+        games, source = stated, "--games-per-stream"
+    elif where is not None and eval_games is not None:
+        games, source = eval_games, where
+    elif where is None and pilot_games is not None:
+        games, source = pilot_games, "--pilot (its games per stream)"
+    elif n_split is not None:
+        games, source = n_split, "the whole split"
+    else:
+        raise TwinrunError(f"--games-per-stream: {label} has no size known here, so the whole split cannot be "
+                           "counted (fix: --games-per-stream N, the protocol's games per stream)")
+    return {"games": games, "source": source, "env": env, "split": split, "split_games": n_split,
+            "split_label": label}
+
+
+def _print(out: dict[str, Any], des: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -121,30 +178,42 @@ def _print(out: dict[str, Any], rows: list[Any], rows_upper: list[Any] | None, u
         f"[{_f(est['ci'][0])}, {_f(est['ci'][1])}] ({out['pilot_streams']} streams x {out['pilot_games']} games)")
     console.print(f"[bold]design[/]: detect {100 * out['delta']:g} points in {what}, two-sided alpha {out['alpha']}, "
                   f"power {out['power']}; rho {out['rho']:.4f} ({src}); success rate {out['rate']:.2f}; "
-                  f"{out['checkpoints']} checkpoints x {out['runs']} runs + baseline")
+                  f"{out['checkpoints']} checkpoints x {out['runs']} runs (frameworks x seeds) + baseline")
+    sp = out["split"]
+    held = (f"{sp['label']} holds {sp['games']}" if sp["games"] is not None
+            else f"{sp['label']}'s size is not known here: not checked")
+    console.print(f"games per stream: {out['games_per_stream']}, the protocol's (from {out['games_source']}; {held}); "
+                  f"streams vary, up to {out['max_streams']} per cell")
     console.print(f"rho is taken as {out['rho_assumes']}")
     if out.get("pilot_blocked"):
         b = out["pilot_blocked"]
         console.print(f"pilot: crossed streams, {100 * b['block_share']:.0f}% [{100 * b['block_share_ci'][0]:.0f}, "
                       f"{100 * b['block_share_ci'][1]:.0f}] of the between-stream variance is each run's stream block; "
                       f"ICC left after the blocks {b['icc']:.4f} (whole ICC {out['pilot_icc']['icc']:.4f})")
-    t = Table(title="streams x games per checkpoint that decide (DEFF = 1 + (m - 1) rho)")
-    for col in ("streams", "games per checkpoint", "power", "DEFF", "executor episodes", "power with unlimited games"):
+    t = Table(title=f"streams per cell at {out['games_per_stream']} games per stream (DEFF = 1 + (m - 1) rho)")
+    for col in ("streams", "games per stream", "power", "DEFF", "executor episodes", "decides"):
         t.add_column(col, justify="right")
-    for r in rows:
-        t.add_row(str(r.streams), "no number of games" if r.games is None else str(r.games),
-                  "–" if r.power is None else f"{r.power:.3f}", "–" if r.deff is None else f"{r.deff:.2f}",
-                  "–" if r.episodes is None else f"{r.episodes:,}", f"{r.power_unlimited_games:.3f}")
+    for r in des.rows:
+        t.add_row(str(r.streams), str(r.games), f"{r.power:.3f}", f"{r.deff:.2f}", f"{r.episodes:,}",
+                  "yes" if r.decides else "no")
     console.print(t)
-    best = min((r for r in rows if r.episodes is not None), key=lambda r: r.episodes, default=None)
-    if best is not None:
-        console.print(f"cheapest of these: {best.streams} streams x {best.games} games ({best.episodes:,} executor "
-                      "episodes)")
-    if rows_upper is not None and upper is not None:
-        need = [f"{r.streams}x{r.games}" for r in rows_upper if r.games is not None]
-        console.print(f"at rho's upper bound {upper:.4f}: " + (", ".join(need) if need else "none of these decide"))
+    console.print(_verdict(out["streams_needed"], out["power_at_max_streams"], out))
+    up = out.get("at_rho_upper")
+    if up is not None:
+        console.print(f"at rho's upper bound {up['rho']:.4f}: " + _verdict(up["streams_needed"],
+                                                                            up["power_at_max_streams"], out))
     console.print("[dim]stream-level t-test, between-stream variance pooled over the layout's cells "
                   "(docs/streams.md); one stream per cell: normal test with the stated rho[/]")
+
+
+def _verdict(need: int | None, power_cap: float, out: dict[str, Any]) -> str:
+    m = out["games_per_stream"]
+    if need is not None:
+        eps = (out["checkpoints"] * out["runs"] + 1) * need * m
+        return f"fewest that decide: {need} streams x {m} games per stream ({eps:,} executor episodes)"
+    return (f"no number of streams up to {out['max_streams']} decides at {m} games per stream (power "
+            f"{power_cap:.3f} at {out['max_streams']}); more games per stream are not the protocol's: a larger "
+            "--delta, a lower rho (crossed streams for a shape), or a higher --max-streams")
 
 
 def _f(v: float | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,19 +72,23 @@ def test_power_and_games_by_hand() -> None:
     assert d.power(0.10, 0.0, 1, 100) == pytest.approx(stats.norm.cdf(1.4142 - 1.96) + stats.norm.cdf(-1.4142 - 1.96),
                                                        abs=1e-4)
     # the textbook n per group: 2 p (1 - p) (z_.975 + z_.8)^2 / delta^2 = 392.4 -> 393
-    assert d.games_needed(0.10, 0.0, 1, target=0.8) == 393
+    assert d.power(0.10, 0.0, 1, 393) >= 0.8 > d.power(0.10, 0.0, 1, 392)
     # no difference: power is the level, for t and normal alike
     assert d.power(0.0, 0.02, 4, 32) == pytest.approx(0.05) and d.power(0.0, 0.02, 1, 32) == pytest.approx(0.05)
-    # streams, not games, once m rho >> 1: with rho 0.02 and 10 points, 8 streams never decide, 16 do with 49 games
-    rows = {r.streams: r for r in d.design_table(0.10, 0.02, checkpoints=8, runs=2, streams=(8, 16))}
-    assert rows[8].games is None and rows[8].power_unlimited_games < 0.8
-    assert rows[16].games == 49 and rows[16].power >= 0.8 > d.power(0.10, 0.02, 16, 48, checkpoints=8)
-    assert rows[16].episodes == (8 * 2 + 1) * 16 * 49
+    # streams at the protocol's games: with rho 0.02, 10 points and 140 games per stream, 8 streams fall short and
+    # the fewest that decide are found by whole streams
+    des = d.design_table(0.10, 0.02, 140, checkpoints=8, runs=2, streams=(8, 16))
+    rows = {r.streams: r for r in des.rows}
+    need = des.streams
+    assert need is not None and 8 < need <= 16 and set(rows) == {8, need, 16}
+    assert d.power(0.10, 0.02, need, 140, checkpoints=8) >= 0.8 > d.power(0.10, 0.02, need - 1, 140, checkpoints=8)
+    assert not rows[8].decides and rows[need].decides and rows[16].episodes == (8 * 2 + 1) * 16 * 140
+    assert all(r.games == 140 and r.deff == pytest.approx(1 + 139 * 0.02) for r in des.rows)
     # a shape difference needs K >= 2; bad input is one line naming the field
     with pytest.raises(CompareError, match=r"--checkpoints: 1 \(fix"):
         d.power(0.1, 0.02, 2, 32, kind="shape", checkpoints=1)
     with pytest.raises(CompareError, match=r"--rho: 1.5 \(fix"):
-        d.design_table(0.1, 1.5)
+        d.design_table(0.1, 1.5, 140)
 
 
 def test_icc_estimators_by_hand() -> None:
@@ -118,18 +123,33 @@ def test_predicted_power_matches_simulated_power(kind: str, delta: float, rho: f
     assert abs(predicted - simulated) < 0.03, (predicted, simulated)
 
 
-@pytest.mark.slow
-def test_games_needed_reaches_the_target_power_by_simulation() -> None:
-    """The design's answer, played: at the games it names the simulated power reaches the target (within
-    simulation error); a third of the games falls short."""
-    rho, delta, k = 0.02, 0.15, 4
-    rows = {r.streams: r for r in d.design_table(delta, rho, checkpoints=k, streams=(4, 6))}
-    r6 = rows[6]
-    assert r6.games == 84 and rows[4].games > 10_000  # 4 streams: stream noise nearly forbids it
-    sim = simulate("lift", delta, rho, 6, r6.games, k, 0.05, sims=20000, seed=11)
-    assert sim > 0.8 - 0.015 and abs(sim - r6.power) < 0.015
-    short = simulate("lift", delta, rho, 6, max(r6.games // 3, 2), k, 0.05, sims=20000, seed=12)
-    assert short < 0.75
+def test_the_streams_named_reach_the_target_power_by_simulation() -> None:
+    """The design's answer at the protocol's games per stream, played: at the streams it names the simulated power
+    reaches the target (within simulation error), and the power one stream fewer, predicted just short of it (0.796),
+    is the simulated one; two thirds of the streams fall clearly short."""
+    rho, delta, k, m = 0.04, 0.13, 8, 140
+    need = d.design_table(delta, rho, m, checkpoints=k).streams
+    assert need == 12
+    sim = simulate("lift", delta, rho, need, m, k, 0.05, sims=20000, seed=11)
+    assert sim > 0.8 - 0.015 and abs(sim - d.power(delta, rho, need, m, checkpoints=k)) < 0.015
+    fewer = simulate("lift", delta, rho, need - 1, m, k, 0.05, sims=20000, seed=12)
+    assert d.power(delta, rho, need - 1, m, checkpoints=k) < 0.8
+    assert abs(fewer - d.power(delta, rho, need - 1, m, checkpoints=k)) < 0.015
+    assert simulate("lift", delta, rho, 8, m, k, 0.05, sims=20000, seed=13) < 0.7
+
+
+def test_a_design_never_names_more_games_per_stream_than_the_split_holds() -> None:
+    """A stream is the split played in order through one repository: the games per stream are the protocol's in
+    every row, more than the split holds are refused (one line naming the split's size), and where no number of
+    streams up to the cap decides the design says so instead of reaching for games."""
+    for delta, rho, m in [(0.13, 0.04, 140), (0.05, 0.10, 134), (0.30, 0.0, 32), (0.02, 0.2, 140)]:
+        des = d.design_table(delta, rho, m, checkpoints=8, runs=2, max_streams=64, split_games=140)
+        assert {r.games for r in des.rows} == {m} and max(r.streams for r in des.rows) <= 64
+    with pytest.raises(CompareError, match=r"--games-per-stream: 141 games per stream, but ALFWorld valid_seen "
+                                           r"holds 140 held-out games .*fix: 140 or fewer"):
+        d.design_table(0.1, 0.02, 141, split_games=140, split="ALFWorld valid_seen")
+    hopeless = d.design_table(0.02, 0.2, 140, checkpoints=8, max_streams=64, split_games=140)
+    assert hopeless.streams is None and hopeless.power_at_cap < 0.8 and not any(r.decides for r in hopeless.rows)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -186,12 +206,52 @@ def test_design_command_with_a_stated_rho_prints_the_table_and_json() -> None:
                               "--streams", "8,16", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert [r["streams"] for r in out["rows"]] == [8, 16] and out["rows"][1]["games"] == 49
+    # no spec, no pilot: the whole of ALFWorld's valid_seen per stream
+    assert out["games_per_stream"] == 140 and out["split"]["games"] == 140 and out["games_source"] == "the whole split"
+    need = out["streams_needed"]
+    assert [r["streams"] for r in out["rows"]] == sorted({8, need, 16}) and out["max_streams"] == 64
+    assert all(r["games"] == 140 for r in out["rows"])
     assert out["rho"] == 0.02 and out["rho_source"] == "stated"
     text = runner.invoke(app, ["design", "--delta", "10", "--rho", "0.02", "--checkpoints", "8", "--runs", "2"])
-    assert text.exit_code == 0 and "DEFF" in text.output and "no number of games" in text.output
+    assert text.exit_code == 0 and "DEFF" in text.output and f"fewest that decide: {need} streams x 140" in text.output
+    none = runner.invoke(app, ["design", "--delta", "2", "--rho", "0.2", "--max-streams", "16"])
+    assert none.exit_code == 0 and "no number of streams up to 16 decides at 140 games per stream" in none.output
     bad = runner.invoke(app, ["design", "--delta", "10"])
     assert bad.exit_code != 0 and "--rho/--pilot: give exactly one" in str(bad.exception)
+
+
+def test_design_command_keeps_the_games_per_stream_within_the_split(tmp_path) -> None:
+    """--games-per-stream beyond the split is refused in one line naming the split's size; --spec reads the games
+    per stream from environment.eval_games and the split from environment.eval_split (ALFWorld valid_unseen: 134);
+    eval_games null is the whole split."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from twinrun.cli import app
+    from twinrun.core.envs.splits import held_out_games
+
+    assert (held_out_games("alfworld", "valid_seen"), held_out_games("alfworld", "valid_unseen")) == (140, 134)
+    runner = CliRunner()
+    base = ["design", "--delta", "13", "--rho", "0.04", "--json"]
+    bad = runner.invoke(app, base + ["--games-per-stream", "500"])
+    assert bad.exit_code != 0 and "--games-per-stream: 500 games per stream, but ALFWorld valid_seen holds 140" in \
+        str(bad.exception)
+    smoke = Path(__file__).resolve().parents[3] / "experiments" / "smoke-cpu.yaml"
+    spec = yaml.safe_load(smoke.read_text(encoding="utf-8"))
+    got = json.loads(runner.invoke(app, base + ["--spec", str(smoke)]).stdout)
+    assert got["games_per_stream"] == spec["environment"]["eval_games"] == 32
+    assert "environment.eval_games" in got["games_source"] and all(r["games"] == 32 for r in got["rows"])
+    for eval_games, expect in ((None, 134), (200, None)):
+        spec["environment"].update(eval_split="valid_unseen", eval_games=eval_games)
+        spec["prompts"] = {k: str(smoke.parent / v) for k, v in spec["prompts"].items()}  # the copy lives elsewhere
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+        res = runner.invoke(app, base + ["--spec", str(path)])
+        if expect is None:  # 200 on a split of 134
+            assert res.exit_code != 0 and "environment.eval_games in" in str(res.exception)
+            assert "ALFWorld valid_unseen holds 134" in str(res.exception)
+        else:
+            assert json.loads(res.stdout)["games_per_stream"] == expect
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,11 @@
-"""Design before spending GPUs: how many streams x games per checkpoint decide a difference, given the
+"""Design before spending GPUs: how many streams decide a difference at the protocol's games per stream, given the
 intra-stream correlation; and that correlation estimated from a pilot sweep's replicate streams (docs/streams.md).
+
+**The protocol fixes the games per stream.** A stream is the protocol's held-out games played in order through
+one repository, so its length is part of what is measured: a shorter stream measures an immature repository, a
+longer one does not exist (ALFWorld's held-out splits hold 140 and 134 games, :mod:`twinrun.core.envs.splits`). A
+design keeps m at the protocol's (a spec's eval_games, a pilot's games, or stated) and varies the streams, up to a
+stated cap; where none up to the cap decides it says so.
 
 **The model.** A stream plays m games through one skill repository, so its games are correlated: outcome
 y_sg (stream s, game g) has variance sigma2 = p (1 - p) and any two games of one stream correlate rho. The success
@@ -8,8 +14,8 @@ rate of one stream then has variance (Kish)
     v(m) = sigma2 / m * DEFF,   DEFF = 1 + (m - 1) rho        (= sigma2 (rho + (1 - rho) / m))
 
 and a cell (one run's checkpoint, or the baseline) measured as R independent streams has mean variance v / R.
-More games shrink only the second term: with any number of games the variance stays above sigma2 rho / R, so
-only streams buy precision once m rho >> 1.
+More games would shrink only the second term (the variance stays above sigma2 rho / R), so streams buy precision
+once m rho >> 1; and the games are the protocol's anyway.
 
 **The tests it plans for** (stream-level analysis: each stream's success rate is one observation; the cells'
 between-stream variances are pooled, as a two-way layout run x checkpoint with R streams per cell):
@@ -104,18 +110,32 @@ def power(delta: float, rho: float, streams: int, games: int | float, *, rate: f
     return float(stats.nct.sf(t, df, ncp) + stats.nct.cdf(-t, df, ncp))
 
 
-def games_needed(delta: float, rho: float, streams: int, *, target: float = 0.8, max_games: int = 100_000,
-                 **kw: Any) -> int | None:
-    """The fewest games per stream whose power reaches `target` with `streams` streams (power rises with games),
-    or None when even unlimited games do not (stream noise alone: Var >= 2 p (1 - p) rho / R)."""
-    if power(delta, rho, streams, math.inf, **kw) < target:
+def check_games_per_stream(games: int, split_games: int | None, split: str, source: str) -> None:
+    """Refuse games per stream that no stream of the protocol can have: fewer than 1, or more than the held-out
+    split holds (a stream is the split played in order through one repository: a longer one does not exist).
+    split_games None: the split's size is not known here, and only the lower bound is checked."""
+    if games < 1:
+        raise CompareError(f"{source}: {games} games per stream (fix: 1 or more)")
+    if split_games is not None and games > split_games:
+        raise CompareError(f"{source}: {games} games per stream, but {split} holds {split_games} held-out games (a "
+                           f"stream is the split played in order through one repository; fix: {split_games} or "
+                           "fewer, and more streams for precision)")
+
+
+def streams_needed(delta: float, rho: float, games: int, *, target: float = 0.8, max_streams: int = 64,
+                   **kw: Any) -> int | None:
+    """The fewest streams per cell whose power with `games` games per stream reaches `target`, or None when no
+    number up to `max_streams` does. One stream is the normal test with the stated rho (it may out-power two
+    streams' t with few df), so it is tried alone; from two on power rises with the streams (ncp ~ sqrt(R), df
+    grow), so the rest is a bisection on whole streams."""
+    if power(delta, rho, 1, games, **kw) >= target:
+        return 1
+    if max_streams < 2 or power(delta, rho, max_streams, games, **kw) < target:
         return None
-    lo, hi = 1, max_games
-    if power(delta, rho, streams, hi, **kw) < target:
-        return None
+    lo, hi = 2, max_streams
     while lo < hi:
         mid = (lo + hi) // 2
-        if power(delta, rho, streams, mid, **kw) >= target:
+        if power(delta, rho, mid, games, **kw) >= target:
             hi = mid
         else:
             lo = mid + 1
@@ -127,33 +147,55 @@ def episodes(checkpoints: int, runs: int, streams: int, games: int) -> int:
     return (checkpoints * runs + 1) * streams * games
 
 
+STREAMS_TABULATED = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+
+
 @dataclass
 class DesignRow:
     streams: int
-    games: int | None  # fewest games per checkpoint (per stream) that decide; None: no number of games does
-    power: float | None  # at those games
-    power_unlimited_games: float  # the ceiling that stream noise leaves with R streams
-    deff: float | None
-    episodes: int | None
+    games: int  # per stream: the protocol's, the same in every row
+    power: float
+    deff: float
+    episodes: int
+    decides: bool  # power >= the target
 
 
-def design_table(delta: float, rho: float, *, rate: float = 0.5, alpha: float = 0.05, target: float = 0.8,
-                 kind: Kind = "lift", checkpoints: int = 1, runs: int = 1, streams: Sequence[int] = (1, 2, 3, 4, 6, 8, 12, 16),
-                 max_games: int = 100_000, blocked: bool = False) -> list[DesignRow]:
-    """For each number of streams: the fewest games per checkpoint that reach `target` power, and the cost."""
+@dataclass
+class StreamsDesign:
+    """Streams at the protocol's games per stream: the fewest that decide (None: none up to the cap), the power
+    the cap reaches, and a row per tabulated number of streams (the fewest that decide among them)."""
+
+    games: int
+    max_streams: int
+    streams: int | None
+    power_at_cap: float
+    rows: list[DesignRow]
+
+
+def design_table(delta: float, rho: float, games: int, *, rate: float = 0.5, alpha: float = 0.05,
+                 target: float = 0.8, kind: Kind = "lift", checkpoints: int = 1, runs: int = 1,
+                 streams: Sequence[int] = STREAMS_TABULATED, max_streams: int = 64, split_games: int | None = None,
+                 split: str = "the held-out split", games_source: str = "--games-per-stream",
+                 blocked: bool = False) -> StreamsDesign:
+    """The streams that decide a difference of `delta` with `games` games per stream, the protocol's (a stream's
+    length is part of what is measured: a design varies streams, never the games per stream beyond the split,
+    `split_games`). Rows: the tabulated `streams` up to `max_streams`, and the fewest that decide."""
     _check_inputs(delta, rho, rate, alpha, target)
-    rows = []
+    check_games_per_stream(games, split_games, split, games_source)
+    if max_streams < 1:
+        raise CompareError(f"--max-streams: {max_streams} (fix: 1 or more, e.g. 64)")
     for r in streams:
         if r < 1:
             raise CompareError(f"--streams: {r} (fix: 1 or more streams)")
-        kw = dict(rate=rate, alpha=alpha, kind=kind, checkpoints=checkpoints, blocked=blocked)
-        m = games_needed(delta, rho, r, target=target, max_games=max_games, **kw)
-        rows.append(DesignRow(
-            streams=r, games=m, power=None if m is None else power(delta, rho, r, m, **kw),
-            power_unlimited_games=power(delta, rho, r, math.inf, **kw),
-            deff=None if m is None else design_effect(m, rho),
-            episodes=None if m is None else episodes(checkpoints, runs, r, m)))
-    return rows
+    kw: dict[str, Any] = dict(rate=rate, alpha=alpha, kind=kind, checkpoints=checkpoints, blocked=blocked)
+    need = streams_needed(delta, rho, games, target=target, max_streams=max_streams, **kw)
+    rows = []
+    for r in sorted({*(r for r in streams if r <= max_streams), *([need] if need else [])}):
+        pw = power(delta, rho, r, games, **kw)
+        rows.append(DesignRow(streams=r, games=games, power=pw, deff=design_effect(games, rho),
+                              episodes=episodes(checkpoints, runs, r, games), decides=pw >= target))
+    return StreamsDesign(games=games, max_streams=max_streams, streams=need,
+                  power_at_cap=power(delta, rho, max_streams, games, **kw), rows=rows)
 
 
 def _check_inputs(delta: float, rho: float, rate: float, alpha: float, target: float) -> None:
