@@ -43,6 +43,8 @@ def compare_cmd(
     stream_design: str = typer.Option("auto", "--stream-design", help="auto: streams played with shared plans "
                                       "(sweep.json's stream_plans) are blocks, the rest nested replicates; nested: "
                                       "nested replicates whatever the manifest says (docs/streams.md)"),
+    max_streams: int = typer.Option(64, "--max-streams", min=2, help="the most streams per arm that 'what would "
+                                    "decide' may name (at the games per stream played, the protocol's)"),
     metrics: list[str] = typer.Option([], "--metrics", help="LABEL=PATH of a run's metrics.jsonl for the "
                                       "training-dynamics figure (repeatable; with --out; the runs of sweep "
                                       "folders are found on their own)"),
@@ -57,7 +59,7 @@ def compare_cmd(
                                max_unmeasured_share=max_unmeasured, family=family,
                                family_map=tuple(_pairs(family_of, "--family-of", "NAME=GLOB", "trl='trl-*'")),
                                rho0=rho0, delta=delta / 100.0, groups=tuple(parse_groups(group)), across=across,
-                               stream_icc=stream_icc, stream_design=stream_design)
+                               stream_icc=stream_icc, stream_design=stream_design, max_streams=max_streams)
     result = compare(inputs, baseline, settings)
     report_path = None
     if out is not None:

@@ -32,24 +32,24 @@ FAST = CompareSettings(n_boot=2000, seed=0)
 SHAPE = [0.0, 1.0, 0.3, -0.6, 0.6, 1.2, -0.3, 0.2]  # logit-scale shifts per checkpoint
 
 
-def test_pure_noise_gives_no_evidence_and_the_games_and_streams_that_would_decide() -> None:
+def test_pure_noise_gives_no_evidence_and_the_streams_that_would_decide() -> None:
     flat = [0.0] * 8
     table = synthetic_game_table({"trl": flat, "verl": flat}, seed=2, streams=3, stream_sd=0.4)
     res = compare_games(table, "baseline", FAST)
     (pair,) = res["pairs"]
     assert pair["verdict"] == NO_EVIDENCE and pair["reason"] == "undecided", pair["explanation"]
     detail = pair["n_to_decide_detail"]
-    # the alternatives are pre-specified (delta): stream noise (an ICC of a few percent) does not shrink with games,
-    # so no number of games at 3 streams decides, and the streams that would are many
-    assert pair["n_to_decide"] is None and detail["games_per_stream"] is None and detail["at_streams"] == 3
-    assert detail["streams"] is None or detail["streams"] > 3
-    assert "stream noise does not shrink with games" in pair["explanation"]
+    # the alternatives are pre-specified (delta): what would decide is a number of streams at the games per stream
+    # played (the protocol's 140), up to the cap; never a longer stream
+    assert detail["games_per_stream"] == 140 and detail["at_streams"] == 3 and detail["max_streams"] == 64
+    assert pair["n_to_decide"] == detail["streams"] and (detail["streams"] is None or 3 < detail["streams"] <= 64)
+    assert "at the protocol's 140 games per stream" in pair["explanation"]
+    assert "games_equivalence" not in detail and res["settings"]["max_streams"] == 64
     assert all(a["p_holm"] is None or a["p_holm"] >= 0.01 for a in res["arms"])
-    # without stream effects the same rule promises a finite number of games per stream
-    quiet = compare_games(synthetic_game_table({"trl": flat, "verl": flat}, seed=2, streams=3), "baseline", FAST)
-    d2 = quiet["pairs"][0]["n_to_decide_detail"]
-    assert quiet["pairs"][0]["n_to_decide"] == d2["games_per_stream"] == max(d2["games_equivalence"],
-                                                                            d2["games_profile_difference"]) > 140
+    # a cap below what decides: none up to it does, and the sentence names the cap
+    capped = compare_games(table, "baseline", CompareSettings(n_boot=2000, seed=0, max_streams=4))["pairs"][0]
+    assert capped["n_to_decide"] is None and capped["n_to_decide_detail"]["max_streams"] == 4
+    assert "no number of streams up to 4 per arm at the protocol's 140 games per stream" in capped["explanation"]
     # one stream per arm: nothing is decided, and no number of games is promised
     one = compare_games(synthetic_game_table({"trl": flat, "verl": flat}, seed=2), "baseline", FAST)["pairs"][0]
     assert one["reason"] == "one-stream" and one["n_to_decide"] is None

@@ -601,3 +601,30 @@ def test_profile_anova_is_calibrated_when_seed_curves_drift() -> None:
     print(f"\ndrifting seeds: corrected {hits / draws:.3f}, uncorrected {raw / draws:.3f}")
     assert hits / draws <= 0.05 + mc
     assert raw / draws > 0.08
+
+
+def test_a_demo_shaped_sweep_is_told_streams_at_its_own_games_per_stream(tmp_path: Path) -> None:
+    """The demo's shape (2 runs x 3 checkpoints, 2 crossed streams of 32 games, flat truth): what would decide is
+    a number of streams at the protocol's 32 games per stream, in compare.json and report.md, up to --max-streams
+    (it asked for thousands of games per stream before), or that none up to the cap decides, naming the cap."""
+    said = {}
+    for seed, cap in ((3, 64), (1, 32)):
+        t = synthetic_game_table({"trl": [0.8] * 3, "verl": [0.8] * 3}, n_games=32, steps=[1, 2, 3], seed=seed,
+                                 streams=2, crossed=True, block_sd=0.5, stream_sd=0.2, base_logit=-1.5)
+        folder = write_sweep(t, tmp_path / f"sweep{seed}")
+        out = tmp_path / f"cmp{seed}"
+        res = CliRunner().invoke(app, ["compare", str(folder), "--baseline", "baseline", "--n-boot", "500",
+                                       "--max-streams", str(cap), "--out", str(out), "--no-track"])
+        assert res.exit_code == 0, res.output
+        got = json.loads((out / "compare.json").read_text(encoding="utf-8"))
+        (pair,) = got["pairs"]
+        detail = pair["n_to_decide_detail"]
+        assert pair["verdict"] == NO_EVIDENCE and got["settings"]["max_streams"] == cap
+        assert detail["games_per_stream"] == 32 and detail["max_streams"] == cap and detail["at_streams"] == 2
+        assert pair["n_to_decide"] == detail["streams"]
+        said[seed] = (pair["n_to_decide"], (out / "report.md").read_text(encoding="utf-8"))
+    need, report = said[3]
+    assert need is not None and 2 < need <= 64
+    assert f"{need} streams per arm (now 2) at the protocol's 32 games per stream" in report
+    none, report = said[1]
+    assert none is None and "no number of streams up to 32 per arm at the protocol's 32 games per stream" in report

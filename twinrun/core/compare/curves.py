@@ -226,33 +226,35 @@ def finish_pairs(items: list[tuple[dict[str, Any], ShapeEvidence | None]], setti
         pair.update(v)
         pair["n_to_decide"], pair["n_to_decide_detail"] = None, None
         if v["verdict"] == NO_EVIDENCE and (noise is not None or (ev.streams is not None and ev.streams < 2)):
-            pair["n_to_decide"], pair["n_to_decide_detail"], sentence = games_to_decide(noise, settings)
+            pair["n_to_decide"], pair["n_to_decide_detail"], sentence = streams_to_decide(noise, settings)
             pair["explanation"] += " " + sentence
         out.append(pair)
     return out
 
 
-def games_to_decide(noise: st.Noise | None, settings: CompareSettings) -> tuple[int | None, dict[str, Any] | None, str]:
-    """Games per stream (at the streams played) and streams (at the games played) that would decide under the
+def streams_to_decide(noise: st.Noise | None, settings: CompareSettings) -> tuple[int | None, dict[str, Any] | None, str]:
+    """The streams per arm, at the games per stream played (the protocol's: a stream is the held-out games in
+    order through one repository, so its length is part of what is measured), that would decide under the
     verdict's rule, for the pre-specified alternatives: identical shapes shown within +-delta by the pointwise
-    band, and one checkpoint delta off detected by the interaction test, each with the stated power. Stream noise
-    does not shrink with games; where it alone prevents a decision, only streams are offered."""
+    band, and one checkpoint delta off detected by the interaction test, each with the stated power. None where no
+    number up to ``settings.max_streams`` does; then the sentence says so and names the cap."""
     d = f"{100 * settings.delta:g} pp"
     if noise is None:
         return None, None, ("One stream per arm cannot decide a shape however many games it plays: play >= 2 streams "
                             "per arm (`twinrun design` sizes them from a pilot's intra-stream correlation).")
-    res = st.to_decide(noise, settings.delta, settings.alpha, settings.power, BAND_LEVEL, seed=settings.seed)
+    res = st.to_decide(noise, settings.delta, settings.alpha, settings.power, BAND_LEVEL,
+                       max_streams=settings.max_streams, seed=settings.seed)
     res.update({"power": settings.power, "delta": settings.delta,
                 "alternatives": (f"identical shapes shown within +-{d} by the pointwise {BAND_LEVEL:.0%} intervals; "
                                  f"one checkpoint {d} off the other run detected at alpha {settings.alpha:g}")})
     pct = f"{settings.power:.0%}"
-    r, m = res["at_streams"], res["at_games"]
-    if res["games_per_stream"] is not None:
-        games = f"about {res['games_per_stream']} games per stream at {r} stream(s) per arm"
+    m, cap = res["games_per_stream"], res["max_streams"]
+    if res["streams"] is not None:
+        what = (f"{res['streams']} streams per arm (now {res['at_streams']}) at the protocol's {m} games per stream, "
+                "for this pair of runs")
     else:
-        games = f"no number of games at {r} stream(s) per arm (stream noise does not shrink with games)"
-    streams = (f"{res['streams']} streams of {m} games" if res["streams"] is not None
-               else f"more than 256 streams of {m} games")
-    return res["games_per_stream"], res, (f"To decide with {pct} power (identical shapes within +-{d}, or a {d} "
-                                          f"profile difference): {games}, or {streams}; agreement also needs r above "
-                                          f"{settings.rho0:g}, which only curves with a shape beyond noise reach.")
+        what = (f"no number of streams up to {cap} per arm at the protocol's {m} games per stream (more games per "
+                "stream are not the protocol's; a larger --delta, or a higher --max-streams)")
+    return res["streams"], res, (f"To decide with {pct} power (identical shapes within +-{d}, or a {d} profile "
+                                 f"difference): {what}; agreement also needs r above {settings.rho0:g}, which only "
+                                 "curves with a shape beyond noise reach.")

@@ -44,6 +44,9 @@ class CompareSettings:
     # plans are blocks crossed with the arms: the blocked analysis; otherwise nested replicates), "nested" treats
     # them as nested replicates whatever the manifest says (valid, less powerful where they were crossed)
     stream_design: str = "auto"
+    # what would decide varies the streams per arm at the games per stream played (the protocol's: a stream is the
+    # held-out games in order through one repository, so its length is part of what is measured), up to this cap
+    max_streams: int = 64
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -70,6 +73,8 @@ class CompareSettings:
         if self.stream_icc is not None and not 0 <= self.stream_icc < 1:
             raise CompareError(f"stream_icc: {self.stream_icc} must be in [0, 1) (fix: a pilot sweep's intra-stream "
                                "correlation, e.g. 0.02)")
+        if self.max_streams < 2:
+            raise CompareError(f"max_streams: {self.max_streams} (fix: 2 or more, e.g. 64)")
         if self.stream_design not in STREAM_DESIGNS:
             raise CompareError(f"stream_design: {self.stream_design!r} (fix: one of {', '.join(STREAM_DESIGNS)})")
         if self.across is not None and self.across not in AXES:
