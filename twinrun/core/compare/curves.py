@@ -232,7 +232,8 @@ def finish_pairs(items: list[tuple[dict[str, Any], ShapeEvidence | None]], setti
     return out
 
 
-def streams_to_decide(noise: st.Noise | None, settings: CompareSettings) -> tuple[int | None, dict[str, Any] | None, str]:
+def streams_to_decide(noise: st.Noise | None,
+                      settings: CompareSettings) -> tuple[int | None, dict[str, Any] | None, str]:
     """The streams per arm, at the games per stream played (the protocol's: a stream is the held-out games in
     order through one repository, so its length is part of what is measured), that would decide under the
     verdict's rule, for the pre-specified alternatives: identical shapes shown within +-delta by the pointwise
