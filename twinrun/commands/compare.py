@@ -63,12 +63,12 @@ def compare_cmd(
     result = compare(inputs, baseline, settings)
     report_path = None
     if out is not None:
-        from twinrun.core.compare.report import metrics_for_sweeps, write_report
+        from twinrun.core.compare.report import metrics_for_sweeps, sweep_notes, write_report
 
         # training dynamics: the runs the sweeps evaluated (their metrics.jsonl), plus any named with --metrics
         runs_metrics = {k: str(v) for k, v in metrics_for_sweeps(inputs).items()}
         runs_metrics.update(dict(_pairs(metrics, "--metrics", "LABEL=PATH", "trl=runs/trl/metrics.jsonl")))
-        report_path = write_report(result, out, metrics=runs_metrics)
+        report_path = write_report(result, out, metrics=runs_metrics, notes=sweep_notes(inputs))
     if track:
         from twinrun.core.compare.track_results import log_comparison, tracked_sweep
 

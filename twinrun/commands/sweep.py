@@ -110,6 +110,7 @@ def sweep_cmd(
     n_streams = streams if streams is not None else aliased  # None: the spec's sweep.streams
     # another number of streams than the folder was planned with: refused before the folder's lock is written
     sw.check_streams(out, spec.sweep.streams if n_streams is None else n_streams)
+    sw.check_curator_dtype(out, sw.eval_dtype(spec, gpu=sw.on_gpu(device)))  # another evaluation dtype: the same
     if curator == "hf":
         def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
             return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
@@ -122,7 +123,7 @@ def sweep_cmd(
         result = sw.sweep(
             spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, streams=n_streams,
             policy_factory=factory, workers=workers, ray_address=ray,
-            ray_num_cpus=ray_cpus, ray_retries=ray_retries, progress=progress and not as_json,
+            ray_num_cpus=ray_cpus, ray_retries=ray_retries, progress=progress and not as_json, device=device,
         )
     from twinrun.core.compare.track_results import log_sweep
 
@@ -131,7 +132,8 @@ def sweep_cmd(
         print_json(result.summary())
         return
     typer.echo(f"sweep {result.sweep_id} (executor {sw.executor_name(spec)}): {len(result.arms)} arms x "
-               f"{result.n_games} games in {out}" + (f" ({result.streams} streams per arm)" if result.streams > 1 else ""))
+               f"{result.n_games} games in {out}" + (f" ({result.streams} streams per arm)" if result.streams > 1 else "")
+               + (f"; every checkpoint evaluated at {result.curator_dtype}" if result.curator_dtype else ""))
     for name, a in result.arms.items():
         typer.echo(f"  {name}: {a.successes} successes, {a.unmeasured} unmeasured"
                    + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else "")

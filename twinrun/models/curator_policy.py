@@ -25,7 +25,8 @@ class HFCuratorPolicy:
 
     def __init__(self, model_dir: str | Path, *, system_prompt: str, tools: list[dict[str, Any]], temperature: float,
                  top_p: float, top_k: int | None, max_new_tokens: int, seed: int,
-                 tokenizer_dir: str | Path | None = None, device: str = "cpu", max_prompt_tokens: int | None = None):
+                 tokenizer_dir: str | Path | None = None, device: str = "cpu", max_prompt_tokens: int | None = None,
+                 dtype: str = "float32"):
         self.model_dir = str(model_dir)
         self.max_prompt_tokens = max_prompt_tokens
         self.tokenizer_dir = str(tokenizer_dir) if tokenizer_dir else None
@@ -35,6 +36,8 @@ class HFCuratorPolicy:
         self.max_new_tokens = max_new_tokens
         self.seed = seed
         self.device = device
+        self.dtype = dtype  # the sweep's one evaluation dtype, whatever the checkpoint's config.json says
+        self.loaded_dtype: str | None = None  # the dtype its weights were loaded at (torch's name)
         self._model: Any = None
         self._tok: Any = None
 
@@ -42,6 +45,7 @@ class HFCuratorPolicy:
         if self._model is not None:
             return
         try:
+            import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError:
             raise DependencyMissing("sweep: transformers is missing (fix: pip install 'twinrun[trl]')") from None
@@ -56,10 +60,13 @@ class HFCuratorPolicy:
             raise SweepError(f"checkpoint {self.model_dir}: no tokenizer there or at curator.model (fix: save the "
                              "tokenizer with the checkpoint)")
         try:
-            self._model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(self.device)
+            # dtype= casts every floating weight on load: a bf16 export and an fp32 merge are evaluated alike
+            self._model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=getattr(torch, self.dtype)
+                                                               ).to(self.device)
         except OSError as e:
             raise SweepError(f"checkpoint {self.model_dir}: cannot be loaded ({e}; fix: an HF model folder)") from None
         self._model.eval()
+        self.loaded_dtype = str(next(self._model.parameters()).dtype).removeprefix("torch.")
 
     def __call__(self, curator_input: str, history: Sequence[Any] = ()) -> str:
         """``history``: the arm's last ``curator.history`` (input, turn) pairs (context_shape.HistoryTurn), oldest
@@ -93,7 +100,9 @@ class HFCuratorPolicy:
 
 def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,
                       device: str = "cpu") -> CuratorPolicy:
-    """The default: generate with the arm's checkpoint (tokenizer from the checkpoint, else from curator.model)."""
+    """The default: generate with the arm's checkpoint (tokenizer from the checkpoint, else from curator.model), on
+    the device the sweep placed the arm on (``arm.device``, else ``device``), at the sweep's one evaluation dtype
+    (``spec.sweep.curator_dtype``, resolved by the sweep; float32 when unset)."""
     assert arm.checkpoint_path is not None
     try:  # the tokenizer's fallback source when a checkpoint was saved without one
         tok_dir = resolve_model(spec.curator.model, cache_dir)
@@ -103,5 +112,6 @@ def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None =
         arm.checkpoint_path, system_prompt=spec.read_prompt("curator_system").strip(), tools=[CURATE_TOOL],
         temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
         max_new_tokens=spec.curator.max_response_tokens, seed=curator_seed(spec.seed, arm.replicate),
-        tokenizer_dir=tok_dir, device=device, max_prompt_tokens=spec.curator.max_prompt_tokens,
+        tokenizer_dir=tok_dir, device=arm.device or device, max_prompt_tokens=spec.curator.max_prompt_tokens,
+        dtype=spec.sweep.curator_dtype or "float32",
     )

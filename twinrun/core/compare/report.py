@@ -334,6 +334,24 @@ def metrics_for_sweeps(inputs: Sequence[str | Path]) -> dict[str, Path]:
     return out
 
 
+def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
+    """What each sweep folder among `inputs` states about how its curators ran (sweep.json): the one dtype every
+    checkpoint was evaluated at, whatever its export saved (a report line, so a reader sees both frameworks'
+    checkpoints were measured at one precision)."""
+    notes = []
+    for p in inputs:
+        manifest = Path(p) / "sweep.json"
+        if not manifest.is_file():
+            continue
+        plan = json.loads(manifest.read_text(encoding="utf-8"))
+        dtype = plan.get("curator_dtype")
+        notes.append(f"Curator precision: every checkpoint of sweep `{plan.get('sweep_id')}` evaluated at `{dtype}` "
+                     "(sweep.curator_dtype), whatever dtype its export saved." if dtype else
+                     f"Curator precision: sweep `{plan.get('sweep_id')}` states no evaluation dtype (written before "
+                     "sweep.curator_dtype): each checkpoint ran at its config's dtype.")
+    return notes
+
+
 def _comparison_figures(result: Mapping[str, Any], figdir: Path, rel: str, prefix: str = "") -> dict[str, str]:
     from twinrun.core.compare import plots
 

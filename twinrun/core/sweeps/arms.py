@@ -90,6 +90,7 @@ class EvalRecord(EpisodeRecord):
     run_spec_hash: str | None = None  # the spec the run was trained with (provenance.spec_hash: the sweep's)
     run_seed: int | None = None  # the seed the run was trained with (provenance.seed: the sweep's)
     executor: str | None = None  # the sweep's executor by name (`sweep --executor`, or executor.model / kind)
+    curator_dtype: str | None = None  # the dtype the checkpoint's curator was evaluated at (sweep.json; None: baseline)
     # curator.history > 0 (per_position): this game's curator input and turn text, the window of later games
     # (recorded so a resumed arm restores its window)
     curator_input: str | None = None
@@ -240,7 +241,7 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
                 checkpoint_step=arm.checkpoint_step, replicate=arm.replicate, game_index=i, n_games=n,
                 games_hash=plan.games_hash, repo_skills=size, repo_chars=chars, curator_calls=calls,
                 curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash, run_seed=arm.run_seed,
-                executor=plan.executor,
+                executor=plan.executor, curator_dtype=plan.curator_dtype if arm.role == "checkpoint" else None,
                 curator_input=curator_input if window and text is not None else None,
                 curator_turn=text if window else None,
                 provenance=prov.model_copy(update={"time": time.time()}),

@@ -19,7 +19,7 @@ import random
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +59,13 @@ class ArmPlan:
     checkpoint_hash: str | None = None
     checkpoint_stat: str | None = None  # fingerprint of names, sizes, mtimes (when to re-hash)
     run_seed: int | None = None  # the training run's seed (its records' provenance, else its spec.yaml)
+    # placement, rewritten each time the arm is started (docs/scale.md): the torch device its curator was loaded
+    # on ("cpu", "cuda:3"; under Ray "cuda:0" of the GPUs Ray gave it), the physical GPU ids it was given (as
+    # CUDA_VISIBLE_DEVICES says them; Ray: its GPU ids on `host`), the wave of a local --gpus sweep, the host
+    device: str | None = None
+    gpus: str | None = None
+    wave: int | None = None
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,10 @@ class SweepPlan:
     schema_version: int = SWEEP_SCHEMA_VERSION
     streams: int | None = None  # replicate streams per arm; None: a manifest written before streams (one stream)
     stream_plans: list[StreamPlan] = field(default_factory=list)
+    # the one dtype every checkpoint is evaluated at (sweep.curator_dtype, resolved); None: a manifest written
+    # before it was stated (each checkpoint at its config's dtype)
+    curator_dtype: str | None = None
+    curator_server: str | None = None  # "vllm", "endpoints", or None (in process)
 
     @property
     def game_ids(self) -> list[str]:
@@ -211,6 +222,37 @@ def check_streams(out_dir: str | Path, streams: int) -> SweepPlan | None:
             "it, or a new --out folder)"
         )
     return existing
+
+
+# torch dtype names of the spec's curator.precision (the compute dtype a GPU sweep evaluates at by default)
+PRECISION_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
+
+
+def on_gpu(device: str | None, gpus: Sequence[int] | None = None) -> bool:
+    return bool(gpus) or (device is not None and not str(device).startswith("cpu"))
+
+
+def eval_dtype(spec: Any, *, gpu: bool) -> str:
+    """The dtype every checkpoint of the sweep is loaded at: ``sweep.curator_dtype`` when stated, else the spec's
+    compute dtype (curator.precision) on a GPU and float32 on CPU (bf16 matmuls on CPU are slow, and without
+    AVX-512 do not run at all: checkpoint_dtype.py)."""
+    stated = spec.sweep.curator_dtype
+    if stated:
+        return str(stated)
+    return PRECISION_DTYPE[spec.curator.precision] if gpu else "float32"
+
+
+def check_curator_dtype(out_dir: str | Path, dtype: str) -> None:
+    """Refuse (one line, before anything is written) a sweep folder planned at another evaluation dtype: its
+    checkpoints would be measured at two precisions."""
+    existing = load_plan(out_dir)
+    if existing is None or existing.curator_dtype in (None, dtype):
+        return
+    raise SweepError(
+        f"sweep.curator_dtype: {dtype}, but {str(Path(out_dir))!r} holds sweep {existing.sweep_id} evaluated at "
+        f"{existing.curator_dtype} (sweep.json) (fix: --set sweep.curator_dtype={existing.curator_dtype} to resume "
+        "it, or a new --out folder)"
+    )
 
 
 def discover_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
@@ -335,13 +377,17 @@ def arm_name(run: str, step: int, replicate: int = 0) -> str:
 
 
 def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
-               split: str, executor_settings_hash: str | None, streams: int = 1) -> SweepPlan:
-    """Create the manifest, or extend an existing one with new arms (same spec, games and number of streams,
-    else refused before anything is written).
+               split: str, executor_settings_hash: str | None, streams: int = 1,
+               curator_dtype: str | None = None, curator_server: str | None = None) -> SweepPlan:
+    """Create the manifest, or extend an existing one with new arms (same spec, games, number of streams and
+    evaluation dtype, else refused before anything is written).
 
-    streams: replicate streams per arm; every checkpoint arm and the baseline gets replicates 0..streams-1."""
+    streams: replicate streams per arm; every checkpoint arm and the baseline gets replicates 0..streams-1;
+    curator_dtype: the one dtype every checkpoint is loaded at (:func:`eval_dtype`)."""
     out = Path(out_dir)
     existing = check_streams(out, streams)
+    if curator_dtype is not None:
+        check_curator_dtype(out, curator_dtype)
     game_dicts = [g.to_dict() for g in games]
     ids = [g["game_id"] for g in game_dicts]
     if existing is not None:
@@ -357,6 +403,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
                 f"{spec.spec_hash()} (fix: a new --out folder, or the spec that sweep used)"
             )
         plan = existing
+        plan.curator_server = curator_server
     else:
         plan = SweepPlan(
             sweep_id=f"{spec.name}-{_slug(executor_name(spec))}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
@@ -365,6 +412,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             executor=executor_name(spec),
             twinrun_version=twinrun_version(),
             streams=streams, stream_plans=[stream_plan(spec.seed, ids, r) for r in range(streams)],
+            curator_dtype=curator_dtype, curator_server=curator_server,
         )
     have = {a.arm: a for a in plan.arms}
 
@@ -402,4 +450,14 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
                             checkpoint_stat=stat))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / MANIFEST, plan.to_dict())
+    return plan
+
+
+def record_placement(out_dir: str | Path, plan: SweepPlan, placed: Mapping[str, Mapping[str, Any]]) -> SweepPlan:
+    """Write where each arm's curator runs into the manifest (arm -> {device, gpus, wave, host}), atomically;
+    the arms not named keep what they had. Returns the updated plan."""
+    for k, a in enumerate(plan.arms):
+        if a.arm in placed:
+            plan.arms[k] = replace(a, **{f: placed[a.arm].get(f) for f in ("device", "gpus", "wave", "host")})
+    atomic_write_json(Path(out_dir) / MANIFEST, plan.to_dict())
     return plan

@@ -61,14 +61,17 @@ from twinrun.core.sweeps.plan import (  # noqa: F401  (re-exported: the plan's n
     arm_name,
     checkpoint_fingerprint,
     StreamPlan,
+    check_curator_dtype,
     check_streams,
     checkpoint_hash,
     curator_seed,
     discover_checkpoints,
+    eval_dtype,
     executor_seed,
     executor_name,
     games_hash,
     load_plan,
+    on_gpu,
     parse_run_dirs,
     plan_sweep,
     select_games,
@@ -105,10 +108,11 @@ class SweepResult:
     n_games: int
     arms: dict[str, ArmOutcome]
     streams: int = 1
+    curator_dtype: str | None = None
 
     def summary(self) -> dict[str, Any]:
         return {"out_dir": str(self.out_dir), "sweep_id": self.sweep_id, "n_games": self.n_games,
-                "streams": self.streams, "arms": {k: asdict(v) for k, v in self.arms.items()}}
+                "streams": self.streams, "curator_dtype": self.curator_dtype, "arms": {k: asdict(v) for k, v in self.arms.items()}}
 
 
 def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], out_dir: str | Path, *,
@@ -116,7 +120,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
           n_games: int | None = None, streams: int | None = None, policy_factory: PolicyFactory,
           workers: int | None = None, ray_address: str | None = None,
           ray_num_cpus: int | None = None, ray_retries: int = 3, progress: bool = True, arms: Sequence[str] | None = None,
-          executor: Any = None) -> SweepResult:
+          executor: Any = None, device: str = "cpu") -> SweepResult:
     """Evaluate every checkpoint of each run and a same-sweep baseline on the held-out games (resumable).
 
     run_dirs: training run folders (``NAME=PATH`` strings or a name -> path mapping); data_root: the ALFWorld
@@ -127,13 +131,20 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     a curator that writes nothing no_ops_policy_factory);
     ray_address: fan arms out as Ray tasks ("local" starts a local Ray with ray_num_cpus CPUs; an arm whose node is
     lost is run again on another node up to ray_retries times, resuming from its rows: :mod:`twinrun.core.sweeps.ray_tasks`);
-    arms: only these arms of the plan (default all); executor: an Executor object (tests) instead of the spec's.
+    arms: only these arms of the plan (default all); executor: an Executor object (tests) instead of the spec's;
+    device: the torch device of the curators ("cpu", "cuda"). Every checkpoint is loaded at one dtype
+    (:func:`eval_dtype`: sweep.curator_dtype, else curator.precision's on a GPU and float32 on CPU); the policy
+    factory reads it from ``spec.sweep.curator_dtype``, which is set to the resolved dtype here.
     """
     from twinrun.core.envs import make_catalog
 
     env = spec.environment
     n_streams = spec.sweep.streams if streams is None else streams
     check_streams(out_dir, n_streams)  # before the catalog is read: a wrong --streams fails in a second
+    dtype = eval_dtype(spec, gpu=on_gpu(device))
+    check_curator_dtype(out_dir, dtype)
+    # the factories (here, in Ray workers) load every checkpoint at this one dtype (section not in the spec hash)
+    spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"curator_dtype": dtype})})
     runs = parse_run_dirs(list(run_dirs)) if not isinstance(run_dirs, Mapping) else {
         k: Path(v) for k, v in run_dirs.items()}
     root = None
@@ -153,7 +164,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
         prompts = ExecutorPrompts.from_files(spec.prompt_path("executor_system"), spec.prompt_path("executor_input"))
         ex_hash = executor_settings_hash(spec.executor, prompts)
     plan = plan_sweep(spec, runs, out_dir, games=games, split=split, executor_settings_hash=ex_hash,
-                      streams=n_streams)
+                      streams=n_streams, curator_dtype=dtype)
     unknown = sorted(set(arms or ()) - {a.arm for a in plan.arms})
     if unknown:
         raise SweepError(f"arms: {unknown[0]!r} is not an arm of this sweep (fix: one of {[a.arm for a in plan.arms]})")
@@ -168,7 +179,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
                              passed, max_retries=ray_retries)
     else:
         outcomes = _sweep_local(plan, todo, spec, out_dir, factory, workers, progress, environ, executor)
-    return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes, plan.streams or 1)
+    return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes, plan.streams or 1, plan.curator_dtype)
 
 
 def _sweep_local(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str | Path, factory: PolicyFactory,
