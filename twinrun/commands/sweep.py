@@ -87,7 +87,11 @@ def sweep_cmd(
     curator: str = typer.Option("hf", "--curator", help="'hf': generate with each checkpoint; 'no-ops': a curator "
                                 "that writes nothing (plumbing check, not a checkpoint's behaviour)"),
     cache: Path | None = CacheOption,
-    device: str = typer.Option("cpu", "--device", help="torch device of the curator checkpoints"),
+    device: str = typer.Option("cpu", "--device", help="torch device of the curator checkpoints (with --ray: cuda "
+                               "asks Ray for one GPU per checkpoint)"),
+    gpus: str | None = typer.Option(None, "--gpus", help="GPU ids for the curators, e.g. 0-7 or 0,2,5: each "
+                                    "checkpoint's curator on its own GPU (sweep.arms_per_gpu: 1), the checkpoints in "
+                                    "waves of that many; recorded per arm in sweep.json"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     as_json: bool = typer.Option(False, "--json", help="print the sweep summary as JSON"),
 ) -> None:
@@ -110,7 +114,13 @@ def sweep_cmd(
     n_streams = streams if streams is not None else aliased  # None: the spec's sweep.streams
     # another number of streams than the folder was planned with: refused before the folder's lock is written
     sw.check_streams(out, spec.sweep.streams if n_streams is None else n_streams)
-    sw.check_curator_dtype(out, sw.eval_dtype(spec, gpu=sw.on_gpu(device)))  # another evaluation dtype: the same
+    from twinrun.core.sweeps.placement import parse_gpus
+
+    gpu_ids = parse_gpus(gpus)
+    if gpu_ids and ray:
+        raise sw.SweepError(f"--gpus: {gpus!r} with --ray: Ray places each checkpoint on a GPU itself (fix: --device "
+                            "cuda with --ray, or --gpus without --ray)")
+    sw.check_curator_dtype(out, sw.eval_dtype(spec, gpu=sw.on_gpu(device, gpu_ids)))  # another dtype: the same
     if curator == "hf":
         def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
             return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
@@ -124,6 +134,7 @@ def sweep_cmd(
             spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, streams=n_streams,
             policy_factory=factory, workers=workers, ray_address=ray,
             ray_num_cpus=ray_cpus, ray_retries=ray_retries, progress=progress and not as_json, device=device,
+            gpus=gpu_ids,
         )
     from twinrun.core.compare.track_results import log_sweep
 

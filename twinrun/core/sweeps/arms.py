@@ -178,82 +178,160 @@ def _replay(repo: Any, rows: Sequence[Mapping[str, Any]], arm: str) -> None:
                 )
 
 
+class ArmStream:
+    """One arm being played: its file, its stream's order, the rows it already has, its repository (rebuilt from
+    them) and its curator history window. :func:`run_arm` plays one; :func:`twinrun.core.sweeps.lockstep.run_streams`
+    plays a checkpoint's streams side by side, one game of each at a time."""
+
+    def __init__(self, plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, runtime: Any):
+        from twinrun.core.curation.context_shape import HistoryTurn
+
+        self.plan, self.spec, self.runtime = plan, spec, runtime
+        self.arm = arm = plan.arm(arm_name_)
+        self.path = Path(out_dir) / ARMS_DIR / f"{arm.arm}.jsonl"
+        self.order = plan.play_order(arm.replicate)  # the arm's stream: its own order of the sweep's games
+        self.done = _completed_rows(self.path, plan, arm, self.order)
+        self.repo = runtime.new_repo()
+        _replay(self.repo, self.done, arm.arm)
+        self.n = len(plan.games)
+        self.prov = provenance(spec_hash=plan.spec_hash, run_id=arm.run, backend=arm.backend,
+                               checkpoint=arm.checkpoint_path, checkpoint_hash=arm.checkpoint_hash, seed=plan.seed,
+                               executor_settings_hash=plan.executor_settings_hash)
+        self.successes = sum(r["outcome"] == "success" for r in self.done)
+        self.unmeasured = sum(r["outcome"] == "unmeasured" for r in self.done)
+        self.window = eval_history(spec)  # the shape the run trained in: per_position with its history window
+        self.history = [HistoryTurn(r["curator_input"], r["curator_turn"]) for r in self.done
+                        if r.get("curator_input") and r.get("curator_turn") is not None]
+        self.curator_seed = next((sp.curator_seed for sp in plan.stream_plans if sp.stream == arm.replicate),
+                                 curator_seed(plan.seed, arm.replicate))
+        self.t0 = time.perf_counter()
+        # per game in progress: the session, the repo's size before it, the curator input
+        self._game: tuple[Any, int, int, str] | None = None
+
+    @property
+    def next_k(self) -> int:
+        """Where the stream stands: the position (0-based) of its next game."""
+        return len(self.done)
+
+    def session(self, k: int) -> Any:
+        """Game k of the stream's order, on this arm's repository (not started)."""
+        from twinrun.core.curation import TaskGroup
+        from twinrun.core.envs import GameRef
+
+        i = self.order[k]  # the game's index in the sweep's list (the pairing key); k: where this stream plays it
+        game = GameRef.from_dict(self.plan.games[i])
+        # same group id in every arm and rollout index = stream: the executor's seed for this game is shared by the
+        # arms of a stream (common random numbers) and differs between streams (executor_seed)
+        session = self.runtime.session(TaskGroup(sweep_group_id(game.game_id), game.task_type, (game,)),
+                                       self.arm.replicate)
+        session.repo = self.repo
+        self._game = (session, len(self.repo), len(self.repo.text()), "")
+        return session
+
+    def started(self, curator_input: str) -> None:
+        assert self._game is not None
+        self._game = (*self._game[:3], curator_input)
+
+    @property
+    def curator_input(self) -> str:
+        assert self._game is not None
+        return self._game[3]
+
+    def request(self) -> tuple[str, list[Any], int]:
+        """What the curator is asked at this game: (curator input, history window, the stream's curator seed)."""
+        from twinrun.core.curation.context_shape import history_window
+
+        return self.curator_input, history_window(self.history, self.window) if self.window else [], self.curator_seed
+
+    def finish(self, k: int, text: str | None, curator_error: str | None, writer: Any,
+               before_write: Callable[[str, int], None] | None = None) -> EvalRecord:
+        """Apply the curator's turn (None: no turn, e.g. the baseline or an infrastructure error), finish the
+        game, append its row (durably) and advance the stream."""
+        from twinrun.core.curation.context_shape import HistoryTurn
+        from twinrun.core.curation.toolcalls import parse_curator_turn
+
+        assert self._game is not None
+        session, size, chars, curator_input = self._game
+        arm, plan = self.arm, self.plan
+        calls = 1 if arm.role == "checkpoint" and (text is not None or curator_error is not None) else 0
+        ops: list[CuratorOp] = []
+        if text is not None:
+            turn = parse_curator_turn(text)
+            if self.window:
+                self.history.append(HistoryTurn(curator_input, text))
+            if turn is not None:
+                session.submit(turn)
+                for op, res in zip(turn.operations, session.last_op_results):
+                    args = op.arguments if isinstance(op.arguments, dict) else {}
+                    ops.append(CuratorOp(function=str(op.function), arguments=_jsonable(args), ok=res.ok,
+                                         error=res.error))
+        result = session.finish()
+        episode = result.positions[0].episode.record
+        fields = episode.model_dump(exclude={"kind", "schema_version", "position"})
+        i = self.order[k]
+        row = EvalRecord(
+            **fields, position=k + 1, sweep_id=plan.sweep_id, arm=arm.arm, role=arm.role, run=arm.run,
+            checkpoint_step=arm.checkpoint_step, replicate=arm.replicate, game_index=i, n_games=self.n,
+            games_hash=plan.games_hash, repo_skills=size, repo_chars=chars, curator_calls=calls,
+            curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash, run_seed=arm.run_seed,
+            executor=plan.executor, curator_dtype=plan.curator_dtype if arm.role == "checkpoint" else None,
+            curator_input=curator_input if self.window and text is not None else None,
+            curator_turn=text if self.window else None,
+            provenance=self.prov.model_copy(update={"time": time.time()}),
+        )
+        if before_write is not None:
+            before_write(arm.arm, i)
+        writer.write(row)
+        self.done.append({"outcome": row.outcome})
+        self.successes += row.outcome == "success"
+        self.unmeasured += row.outcome == "unmeasured"
+        self._game = None
+        return row
+
+    def outcome(self, resumed_from: int) -> ArmOutcome:
+        return ArmOutcome(self.arm.arm, self.n, resumed_from, self.unmeasured, self.successes,
+                          round(time.perf_counter() - self.t0, 3))
+
+
+def call_policy(policy: CuratorPolicy, curator_input: str, history: Sequence[Any]) -> tuple[str | None, str | None]:
+    """One curator turn, one at a time: (text, None), or (None, error) when generation failed (infrastructure:
+    recorded on the row, no ops applied). A dead curator server (:class:`CuratorDown`) is not caught: the arm
+    stops before writing the game's row and resumes there."""
+    try:
+        return (policy(curator_input, history) if history else policy(curator_input)), None
+    except CuratorDown:
+        raise
+    except InfrastructureError as e:
+        return None, str(e)
+
+
+class CuratorDown(InfrastructureError):
+    """The arm's curator server is gone (after its retries): the arm stops before writing the game in progress,
+    its outcome is unmeasured, and a rerun resumes it from its rows."""
+
+
 def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, runtime: Any,
             policy: CuratorPolicy | None, *, on_row: Callable[[str, int], None] | None = None,
             before_write: Callable[[str, int], None] | None = None) -> ArmOutcome:
-    """Play (or finish) one arm: resume from its complete rows, then stream the remaining games.
+    """Play (or finish) one arm, one game and one curator call at a time: resume from its complete rows, then
+    stream the remaining games.
 
     before_write(arm, game_index) runs before each row is appended and may raise to stop the arm (a Ray attempt
     whose arm was taken over by a newer attempt: :mod:`twinrun.core.sweeps.ray_tasks`)."""
-    from twinrun.core.curation.context_shape import HistoryTurn, history_window
-    from twinrun.core.curation import TaskGroup
-    from twinrun.core.envs import GameRef
-    from twinrun.core.curation.toolcalls import parse_curator_turn
-
-    arm = plan.arm(arm_name_)
-    path = Path(out_dir) / ARMS_DIR / f"{arm.arm}.jsonl"
-    order = plan.play_order(arm.replicate)  # the arm's stream: its own order of the sweep's games
-    done = _completed_rows(path, plan, arm, order)
-    repo = runtime.new_repo()
-    _replay(repo, done, arm.arm)
-    n = len(plan.games)
-    t0 = time.perf_counter()
-    prov = provenance(spec_hash=plan.spec_hash, run_id=arm.run, backend=arm.backend, checkpoint=arm.checkpoint_path,
-                      checkpoint_hash=arm.checkpoint_hash, seed=plan.seed,
-                      executor_settings_hash=plan.executor_settings_hash)
-    succ = sum(r["outcome"] == "success" for r in done)
-    unm = sum(r["outcome"] == "unmeasured" for r in done)
-    window = eval_history(spec)  # the shape the run trained in: per_position with its history window
-    history = [HistoryTurn(r["curator_input"], r["curator_turn"]) for r in done
-               if r.get("curator_input") and r.get("curator_turn") is not None]
-    with JsonlWriter(path) as writer:  # truncates a torn last line before appending
-        for k in range(len(done), n):
-            i = order[k]  # the game's index in the sweep's list (the pairing key); k: where this stream plays it
-            game = GameRef.from_dict(plan.games[i])
-            # same group id in every arm and rollout index = stream: the executor's seed for this game is shared
-            # by the arms of a stream (common random numbers) and differs between streams (executor_seed)
-            session = runtime.session(TaskGroup(sweep_group_id(game.game_id), game.task_type, (game,)), arm.replicate)
-            session.repo = repo
-            size, chars = len(repo), len(repo.text())
-            curator_input = session.start()
-            ops: list[CuratorOp] = []
-            calls, curator_error, text = 0, None, None
-            if arm.role == "checkpoint" and policy is not None:
-                calls = 1
-                try:
-                    text = policy(curator_input, history_window(history, window)) if window else policy(curator_input)
-                    turn = parse_curator_turn(text)
-                except InfrastructureError as e:
-                    turn, curator_error = None, str(e)
-                if window and text is not None:
-                    history.append(HistoryTurn(curator_input, text))
-                if turn is not None:
-                    session.submit(turn)
-                    for op, res in zip(turn.operations, session.last_op_results):
-                        args = op.arguments if isinstance(op.arguments, dict) else {}
-                        ops.append(CuratorOp(function=str(op.function), arguments=_jsonable(args), ok=res.ok,
-                                             error=res.error))
-            result = session.finish()
-            episode = result.positions[0].episode.record
-            fields = episode.model_dump(exclude={"kind", "schema_version", "position"})
-            row = EvalRecord(
-                **fields, position=k + 1, sweep_id=plan.sweep_id, arm=arm.arm, role=arm.role, run=arm.run,
-                checkpoint_step=arm.checkpoint_step, replicate=arm.replicate, game_index=i, n_games=n,
-                games_hash=plan.games_hash, repo_skills=size, repo_chars=chars, curator_calls=calls,
-                curator_ops=ops, curator_error=curator_error, run_spec_hash=arm.run_spec_hash, run_seed=arm.run_seed,
-                executor=plan.executor, curator_dtype=plan.curator_dtype if arm.role == "checkpoint" else None,
-                curator_input=curator_input if window and text is not None else None,
-                curator_turn=text if window else None,
-                provenance=prov.model_copy(update={"time": time.time()}),
-            )
-            if before_write is not None:
-                before_write(arm.arm, i)
-            writer.write(row)
-            succ += row.outcome == "success"
-            unm += row.outcome == "unmeasured"
+    st = ArmStream(plan, arm_name_, spec, out_dir, runtime)
+    resumed = st.next_k
+    with JsonlWriter(st.path) as writer:  # truncates a torn last line before appending
+        for k in range(resumed, st.n):
+            session = st.session(k)
+            st.started(session.start())
+            text, error = None, None
+            if st.arm.role == "checkpoint" and policy is not None:
+                curator_input, history, _ = st.request()
+                text, error = call_policy(policy, curator_input, history)
+            st.finish(k, text, error, writer, before_write)
             if on_row is not None:
-                on_row(arm.arm, k + 1)
-    return ArmOutcome(arm.arm, n, len(done), unm, succ, round(time.perf_counter() - t0, 3))
+                on_row(st.arm.arm, k + 1)
+    return st.outcome(resumed)
 
 
 def eval_history(spec: Any) -> int:

@@ -74,6 +74,7 @@ from twinrun.core.sweeps.plan import (  # noqa: F401  (re-exported: the plan's n
     on_gpu,
     parse_run_dirs,
     plan_sweep,
+    record_placement,
     select_games,
     stream_plan,
     sweep_group_id,
@@ -94,7 +95,10 @@ from twinrun.core.sweeps.arms import (  # noqa: F401  (re-exported: an arm's nam
     _completed_rows,
     _replay,
     _jsonable,
+    ArmStream,
+    CuratorDown,
 )
+from twinrun.core.sweeps.lockstep import play_unit, run_streams  # noqa: F401
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -120,7 +124,8 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
           n_games: int | None = None, streams: int | None = None, policy_factory: PolicyFactory,
           workers: int | None = None, ray_address: str | None = None,
           ray_num_cpus: int | None = None, ray_retries: int = 3, progress: bool = True, arms: Sequence[str] | None = None,
-          executor: Any = None, device: str = "cpu") -> SweepResult:
+          executor: Any = None, device: str = "cpu", gpus: Sequence[int] = (),
+          ray_num_gpus: int | None = None) -> SweepResult:
     """Evaluate every checkpoint of each run and a same-sweep baseline on the held-out games (resumable).
 
     run_dirs: training run folders (``NAME=PATH`` strings or a name -> path mapping); data_root: the ALFWorld
@@ -132,7 +137,9 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     ray_address: fan arms out as Ray tasks ("local" starts a local Ray with ray_num_cpus CPUs; an arm whose node is
     lost is run again on another node up to ray_retries times, resuming from its rows: :mod:`twinrun.core.sweeps.ray_tasks`);
     arms: only these arms of the plan (default all); executor: an Executor object (tests) instead of the spec's;
-    device: the torch device of the curators ("cpu", "cuda"). Every checkpoint is loaded at one dtype
+    device: the torch device of the curators ("cpu", "cuda"); gpus: GPU ids for a local sweep: each checkpoint's
+    curator on its own GPU, in waves (:mod:`twinrun.core.sweeps.placement`; under Ray with a device other than cpu
+    each checkpoint's task asks Ray for a GPU; ray_num_gpus: GPUs of a "local" Ray cluster). Every checkpoint is loaded at one dtype
     (:func:`eval_dtype`: sweep.curator_dtype, else curator.precision's on a GPU and float32 on CPU); the policy
     factory reads it from ``spec.sweep.curator_dtype``, which is set to the resolved dtype here.
     """
@@ -141,7 +148,9 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     env = spec.environment
     n_streams = spec.sweep.streams if streams is None else streams
     check_streams(out_dir, n_streams)  # before the catalog is read: a wrong --streams fails in a second
-    dtype = eval_dtype(spec, gpu=on_gpu(device))
+    if gpus and device == "cpu":
+        device = "cuda"
+    dtype = eval_dtype(spec, gpu=on_gpu(device, gpus))
     check_curator_dtype(out_dir, dtype)
     # the factories (here, in Ray workers) load every checkpoint at this one dtype (section not in the spec hash)
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"curator_dtype": dtype})})
@@ -176,29 +185,74 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
         from twinrun.core.sweeps.ray_tasks import sweep_ray
 
         outcomes = sweep_ray(plan, todo, spec, out_dir, factory, workers, ray_address, ray_num_cpus, progress,
-                             passed, max_retries=ray_retries)
+                             passed, max_retries=ray_retries, gpu=on_gpu(device), num_gpus=ray_num_gpus,
+                             batch=spec.sweep.batch_streams)
     else:
-        outcomes = _sweep_local(plan, todo, spec, out_dir, factory, workers, progress, environ, executor)
+        outcomes = _sweep_local(plan, todo, spec, out_dir, factory, workers, progress, environ, executor,
+                                device=device, gpus=list(gpus), batch=spec.sweep.batch_streams)
     return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes, plan.streams or 1, plan.curator_dtype)
 
 
+def _unit_workers(spec: Any, workers: int | None, concurrent: bool) -> int | None:
+    """Env workers of one unit's runtime. Several units at once (a --gpus wave) each get their own runtime in
+    a thread: the in-process host (workers 0) would run two game engines in one process, and ALFWorld's
+    textworld is not thread-safe, so each gets at least one worker process (the null env needs none)."""
+    w = spec.environment.workers if workers is None else workers
+    return max(1, w) if concurrent and spec.environment.name != "null_env" else w
+
+
 def _sweep_local(plan: SweepPlan, todo: list[ArmPlan], spec: Any, out_dir: str | Path, factory: PolicyFactory,
-                 workers: int | None, progress: bool, environ: Mapping[str, str] | None, executor: Any
-                 ) -> dict[str, ArmOutcome]:
-    runtime = build_runtime(spec, workers=workers, environ=environ, executor=executor)
+                 workers: int | None, progress: bool, environ: Mapping[str, str] | None, executor: Any,
+                 *, device: str = "cpu", gpus: Sequence[int] = (), batch: bool = True) -> dict[str, ArmOutcome]:
+    """The baseline, then the checkpoints: on CPU (no gpus) one checkpoint at a time on `device`; with gpus, in
+    waves, each wave's checkpoints at once (a thread and a runtime each), each on its own GPU
+    (:mod:`twinrun.core.sweeps.placement`). Placement is written into sweep.json before each wave starts."""
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    from twinrun.core.sweeps.placement import units, waves
+
+    groups = units(todo)
     outcomes: dict[str, ArmOutcome] = {}
     n = len(plan.games)
-    try:
-        with _progress(progress) as bars:
-            tasks = {a.arm: bars.add_task(a.arm, total=n, completed=rows_done(out_dir, a.arm)) for a in todo}
-            for a in todo:
-                if rows_done(out_dir, a.arm) >= n:
-                    outcomes[a.arm] = _finished(out_dir, a.arm, n)
-                    continue
-                policy = factory(a, spec) if a.role == "checkpoint" else None
-                outcomes[a.arm] = run_arm(plan, a.arm, spec, out_dir, runtime, policy,
-                                          on_row=lambda arm, k: bars.update(tasks[arm], completed=k))
-                del policy  # one checkpoint in memory at a time
-    finally:
-        runtime.close()
+    host = socket.gethostname()
+    per_gpu = spec.sweep.arms_per_gpu
+    with _progress(progress) as bars:
+        tasks = {a.arm: bars.add_task(a.arm, total=n, completed=rows_done(out_dir, a.arm)) for a in todo}
+
+        def on_row(arm: str, k: int) -> None:
+            bars.update(tasks[arm], completed=k)
+
+        def play(unit: Any, runtime: Any) -> dict[str, ArmOutcome]:
+            return play_unit(plan, unit.arms, spec, out_dir, runtime, factory, batch=batch, on_row=on_row)
+
+        runtime = build_runtime(spec, workers=workers, environ=environ, executor=executor)
+        try:
+            for u in groups:
+                if not u.needs_gpu:
+                    outcomes.update(play(u, runtime))
+            if not gpus:
+                for u in groups:
+                    if u.needs_gpu:
+                        record_placement(out_dir, plan, {a: {"device": device, "host": host} for a in u.arms})
+                        outcomes.update(play(u, runtime))
+                return outcomes
+        finally:
+            runtime.close()
+        for w, wave in enumerate(waves([u for u in groups if u.needs_gpu], gpus, per_gpu)):
+            record_placement(out_dir, plan, {a: {"device": slot.device, "gpus": str(slot.gpu), "wave": w, "host": host}
+                                             for u, slot in wave for a in u.arms})
+
+            def run_one(u: Any) -> dict[str, ArmOutcome]:
+                rt = build_runtime(spec, workers=_unit_workers(spec, workers, len(wave) > 1), environ=environ,
+                                   executor=executor)
+                try:
+                    return play(u, rt)
+                finally:
+                    rt.close()
+
+            with ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix=f"sweep-wave{w}") as pool:
+                futures = [pool.submit(run_one, u) for u, _ in wave]
+                for f in futures:
+                    outcomes.update(f.result())  # the first failure is raised after its wave's others end
     return outcomes

@@ -1,0 +1,109 @@
+"""A checkpoint's streams played together (``sweep.batch_streams``, docs/scale.md#sweeps-on-gpus).
+
+The R streams of one checkpoint are independent: each has its own order, seeds and repository. So they can advance
+side by side: game k of every stream (their executor episodes concurrently, through the runtime's env pool and
+executor), then **one curator call for the R curator inputs** (a policy with ``batch``: one left-padded batch,
+each row with its own stream's sampling seed; a policy without it: one call per stream), then each stream applies
+its turn and appends its row. Every row is the row :func:`twinrun.core.sweeps.arms.run_arm` writes for that stream
+one game at a time (same games, seeds, repositories; the curator's text up to what padding changes in a batched
+forward pass: ``tests/core/sweeps/test_sweep_batched.py``). Resume is per stream: a stream that had more rows
+than another waits until the others reach it.
+
+The unit a sweep places and schedules is a checkpoint (:mod:`twinrun.core.sweeps.placement`): its streams share
+one curator, loaded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from twinrun.core.errors import InfrastructureError
+from twinrun.core.records import JsonlWriter
+from twinrun.core.sweeps.arms import (
+    ArmOutcome,
+    ArmStream,
+    CuratorDown,
+    CuratorPolicy,
+    PolicyFactory,
+    _finished,
+    call_policy,
+    rows_done,
+    run_arm,
+)
+from twinrun.core.sweeps.plan import SweepPlan
+
+Turn = tuple[str | None, str | None]  # (text, infrastructure error)
+
+
+async def _gather(coros: Sequence[Any]) -> list[Any]:
+    return list(await asyncio.gather(*coros))
+
+
+def curator_turns(policy: CuratorPolicy | None, requests: Sequence[tuple[str, list[Any], int]]) -> list[Turn]:
+    """The curator's turns for several streams' inputs: one batched call when the policy has ``batch``
+    (requests: (curator input, history window, the stream's curator seed)), else one call per input."""
+    if policy is None:
+        return [(None, None)] * len(requests)
+    batch = getattr(policy, "batch", None)
+    if batch is None:
+        return [call_policy(policy, x, h) for x, h, _ in requests]
+    try:
+        return [(t, None) for t in batch(list(requests))]
+    except CuratorDown:
+        raise
+    except InfrastructureError as e:  # the whole batch failed (out of memory, device): every row says so
+        return [(None, str(e))] * len(requests)
+
+
+def run_streams(plan: SweepPlan, arm_names: Sequence[str], spec: Any, out_dir: str | Path, runtime: Any,
+                policy: CuratorPolicy | None, *, on_row: Callable[[str, int], None] | None = None,
+                before_write: Callable[[str, int], None] | None = None) -> dict[str, ArmOutcome]:
+    """Play (or finish) the arms of one checkpoint's streams in lockstep; each resumes from its own rows."""
+    streams = [ArmStream(plan, a, spec, out_dir, runtime) for a in arm_names]
+    resumed = {st.arm.arm: st.next_k for st in streams}
+    n = len(plan.games)
+    with ExitStack() as stack:
+        writers = {st.arm.arm: stack.enter_context(JsonlWriter(st.path)) for st in streams}
+        for k in range(min(resumed.values(), default=n), n):
+            live = [st for st in streams if st.next_k == k]
+            sessions = [st.session(k) for st in live]
+            # the streams' episodes of game k at once: they share the executor's concurrency and the env pool
+            for st, text in zip(live, runtime.loop.run(_gather([s.astart() for s in sessions]))):
+                st.started(text)
+            asks = [st.arm.role == "checkpoint" for st in live]
+            turns = curator_turns(policy, [st.request() for st, ask in zip(live, asks) if ask])
+            it = iter(turns)
+            for st, ask in zip(live, asks):
+                text, error = next(it) if ask else (None, None)
+                st.finish(k, text, error, writers[st.arm.arm], before_write)
+                if on_row is not None:
+                    on_row(st.arm.arm, k + 1)
+    return {st.arm.arm: st.outcome(resumed[st.arm.arm]) for st in streams}
+
+
+def play_unit(plan: SweepPlan, arms: Sequence[str], spec: Any, out_dir: str | Path, runtime: Any,
+              factory: PolicyFactory, *, batch: bool, on_row: Callable[[str, int], None] | None = None,
+              before_write: Callable[[str, int], None] | None = None) -> dict[str, ArmOutcome]:
+    """One checkpoint (or the baseline): its finished streams read back, the rest played. batch: the streams
+    together with one curator (made once, for the first unfinished stream's arm; every request carries its own
+    stream's seed); else each stream on its own with its own curator, one after another."""
+    n = len(plan.games)
+    out = {a: _finished(out_dir, a, n) for a in arms if rows_done(out_dir, a) >= n}
+    todo = [a for a in arms if a not in out]
+    if not todo:
+        return out
+    first = plan.arm(todo[0])
+    if batch:
+        policy = factory(first, spec) if first.role == "checkpoint" else None
+        out.update(run_streams(plan, todo, spec, out_dir, runtime, policy, on_row=on_row, before_write=before_write))
+        return out
+    for a in todo:
+        arm = plan.arm(a)
+        policy = factory(arm, spec) if arm.role == "checkpoint" else None
+        out[a] = run_arm(plan, a, spec, out_dir, runtime, policy, on_row=on_row, before_write=before_write)
+        del policy  # one checkpoint in memory at a time
+    return out

@@ -1,0 +1,92 @@
+"""Where a sweep's curators run (docs/scale.md#sweeps-on-gpus): each checkpoint's curator on its own GPU.
+
+The unit of placement is a **checkpoint**: its R stream arms share one curator (one model in memory; with
+``sweep.batch_streams`` one batch), so a GPU holds one checkpoint's model, never two, unless the user asks
+(``sweep.arms_per_gpu``). ``sweep --gpus 0-7`` plays the checkpoints in **waves** of (GPUs x arms_per_gpu), each
+wave's checkpoints at once, one per slot; under Ray each checkpoint's task asks for one GPU (``num_gpus``) and Ray
+places it. The baseline has no curator and needs no GPU. Where each arm ran (device, physical GPU ids, wave, host)
+is written into sweep.json before its wave starts (:func:`twinrun.core.sweeps.plan.record_placement`).
+
+Pure logic: no torch, no CUDA. The tests give it a device list, as a GPU node would.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from twinrun.core.sweeps.plan import ArmPlan, SweepError
+
+
+def parse_gpus(text: str | None) -> list[int]:
+    """``--gpus``: "0-7", "0,2,5", "0-3,6" -> sorted unique GPU ids; "" or None -> [] (no GPUs: CPU)."""
+    if not text:
+        return []
+    ids: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise SweepError(f"--gpus: {text!r}: {part!r} is not a GPU id or range (fix: e.g. --gpus 0-7 or --gpus 0,2,5)")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        ids.update(range(lo, hi + 1))
+    return sorted(ids)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One checkpoint (or the baseline) with its stream arms, in stream order: what shares a curator."""
+
+    key: str  # "RUN@STEP", or "baseline"
+    arms: tuple[str, ...]
+    needs_gpu: bool
+
+
+def units(arms: Sequence[ArmPlan]) -> list[Unit]:
+    """Group arms by checkpoint (all streams of one checkpoint together, stream 0 first), baseline first."""
+    groups: dict[str, list[ArmPlan]] = {}
+    for a in arms:
+        key = "baseline" if a.role == "baseline" else f"{a.run}@{a.checkpoint_step}"
+        groups.setdefault(key, []).append(a)
+    out = [Unit(k, tuple(a.arm for a in sorted(v, key=lambda a: a.replicate)), k != "baseline")
+           for k, v in groups.items()]
+    return sorted(out, key=lambda u: u.needs_gpu)  # stable: the baseline, then the plan's order
+
+
+@dataclass(frozen=True)
+class Slot:
+    gpu: int
+    wave: int
+
+    @property
+    def device(self) -> str:
+        """The torch device of a curator loaded in this process (one process sees every listed GPU)."""
+        return f"cuda:{self.gpu}"
+
+
+def waves(checkpoints: Sequence[Unit], gpus: Sequence[int], arms_per_gpu: int = 1) -> list[list[tuple[Unit, Slot]]]:
+    """The checkpoints in waves: each wave fills every GPU with ``arms_per_gpu`` checkpoints (1: one each),
+    in order; the last wave may be partial. No GPUs: one checkpoint per wave (the CPU path, one at a time)."""
+    if arms_per_gpu < 1:
+        raise SweepError(f"sweep.arms_per_gpu: {arms_per_gpu} (fix: 1 or more)")
+    slots = [g for g in gpus for _ in range(arms_per_gpu)] if gpus else []
+    size = len(slots) or 1
+    out: list[list[tuple[Unit, Slot]]] = []
+    for w, start in enumerate(range(0, len(checkpoints), size)):
+        chunk = checkpoints[start:start + size]
+        out.append([(u, Slot(slots[k] if slots else -1, w)) for k, u in enumerate(chunk)])
+    return out
+
+
+def gpu_need(checkpoints: int, gpus: int | None = None, arms_per_gpu: int = 1) -> dict[str, int]:
+    """A sweep's GPU need: every checkpoint's curator on a GPU of its own gives ``gpus_all_at_once`` (one
+    wave); with ``gpus`` given, how many waves that takes."""
+    at_once = math.ceil(checkpoints / arms_per_gpu)
+    out = {"curator_gpus_all_at_once": at_once}
+    if gpus:
+        out["gpus"] = gpus
+        out["waves"] = math.ceil(checkpoints / (gpus * arms_per_gpu)) if checkpoints else 0
+    return out
