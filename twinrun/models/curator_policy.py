@@ -68,34 +68,53 @@ class HFCuratorPolicy:
         self._model.eval()
         self.loaded_dtype = str(next(self._model.parameters()).dtype).removeprefix("torch.")
 
-    def __call__(self, curator_input: str, history: Sequence[Any] = ()) -> str:
-        """``history``: the arm's last ``curator.history`` (input, turn) pairs (context_shape.HistoryTurn), oldest
-        first; the prompt is core's per_position messages, tokenised as both backends tokenise a training row."""
-        import torch
-
+    def prompt_ids(self, curator_input: str, history: Sequence[Any] = ()) -> list[int]:
+        """The prompt token ids of one curator call: core's per_position messages (the input, and the history
+        window that fits curator.max_prompt_tokens), tokenised as both backends tokenise a training row."""
         from twinrun.core.curation.context_shape import fit_history, prompt_token_ids
-        from twinrun.core.curation import stable_int
 
         self._load()
         messages, _ = fit_history(self.system_prompt, curator_input, history, limit=self.max_prompt_tokens,
                                   measure=lambda m: len(prompt_token_ids(self._tok, m, self.tools)))
-        ids = torch.tensor([prompt_token_ids(self._tok, messages, self.tools)], device=self.device)
-        enc = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        torch.manual_seed(stable_int("curator-turn", self.seed, curator_input) % (2**31))
-        kw: dict[str, Any] = {"max_new_tokens": self.max_new_tokens,
-                              "pad_token_id": self._tok.pad_token_id or self._tok.eos_token_id}
-        if self.temperature > 0:
-            kw.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
-            if self.top_k:
-                kw["top_k"] = self.top_k
-        else:
-            kw["do_sample"] = False
+        return prompt_token_ids(self._tok, messages, self.tools)
+
+    def row_seed(self, curator_input: str, stream_seed: int | None = None) -> int:
+        """The sampling seed of one generation: from the stream's curator seed and the input, so a rerun of the
+        same input reproduces it on the same hardware, batched or not."""
+        from twinrun.core.curation import stable_int
+
+        return stable_int("curator-turn", self.seed if stream_seed is None else stream_seed, curator_input) % (2**31)
+
+    def __call__(self, curator_input: str, history: Sequence[Any] = ()) -> str:
+        """One turn, alone (a batch of one). ``history``: the arm's last ``curator.history`` (input, turn) pairs
+        (context_shape.HistoryTurn), oldest first."""
+        return self.batch([(curator_input, list(history), self.seed)])[0]
+
+    def batch(self, requests: Sequence[tuple[str, Sequence[Any], int]]) -> list[str]:
+        """Turns for several streams at once: requests are (curator input, history window, the stream's curator
+        seed); one left-padded batch, each row sampled with its own seed (:mod:`twinrun.models.batched_generation`)."""
+        from twinrun.models.batched_generation import generate_rows
+
+        prompts = [self.prompt_ids(x, h) for x, h, _ in requests]
+        seeds = [self.row_seed(x, s) for x, _, s in requests]
         try:
-            with torch.no_grad():
-                out = self._model.generate(**enc, **kw)
+            rows = generate_rows(self._model, prompts, seeds, max_new_tokens=self.max_new_tokens,
+                                 temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                                 eos_ids=self.eos_ids(), pad_id=self.pad_id())
         except RuntimeError as e:  # out of memory, device failure: infrastructure, not the curator's choice
             raise InfrastructureError(f"curator generation failed: {e}") from e
-        return self._tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return [self._tok.decode(r, skip_special_tokens=True) for r in rows]
+
+    def eos_ids(self) -> list[int]:
+        """Where a turn ends: the checkpoint's generation config's end-of-sequence ids, else the tokenizer's."""
+        self._load()
+        eos = getattr(self._model.generation_config, "eos_token_id", None)
+        eos = eos if eos is not None else self._tok.eos_token_id
+        return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None]
+
+    def pad_id(self) -> int:
+        self._load()
+        return int(self._tok.pad_token_id if self._tok.pad_token_id is not None else self._tok.eos_token_id)
 
 
 def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,
