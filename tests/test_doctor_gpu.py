@@ -105,3 +105,13 @@ def test_cli_exits_1_and_prints_every_check(repo_root, tmp_path):
     for name in ("GPUs", "CUDA / NCCL", "versions vs GPU lock", "import vllm", "import flash_attn",
                  "context vs model", "disk for checkpoints", "memory per GPU"):
         assert name in proc.stdout, name
+
+
+def test_the_sweeps_gpu_need(repo_root):
+    from twinrun.app.gpu_checks import sweep_gpus
+
+    spec = load_spec(repo_root / "experiments" / "skillos-alfworld-qwen3-8b.yaml", ["sweep.streams=4"])
+    row = sweep_gpus(spec, FakeCuda(8))  # fake: 8 GPUs on a CPU machine
+    assert row.status == "ok" and row.found == "24 checkpoints, one curator GPU each: 24 for one wave, 3 waves on this node's 8"
+    assert "13,440 curator turns, 14,000 executor episodes" in row.why
+    assert sweep_gpus(spec, FakeCuda(0)).status == "skip"

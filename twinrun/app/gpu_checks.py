@@ -167,6 +167,22 @@ def sizing(spec: Any, out_dir: Path, params: int | None, gpu_memory_gib: float |
     return rows
 
 
+def sweep_gpus(spec: Any, cuda: Any = None) -> Check:
+    """The sweep's GPU need: one GPU per checkpoint's curator, in waves of this node's GPUs (docs/scale.md)."""
+    from twinrun.core.sweeps.placement import spec_sweep_cost
+
+    import torch
+
+    cuda = cuda or torch.cuda
+    have = cuda.device_count() if cuda.is_available() else 0
+    cost = spec_sweep_cost(spec, gpus=have or None)
+    found = (f"{cost['checkpoints']} checkpoints, one curator GPU each: {cost['curator_gpus_all_at_once']} for one wave"
+             + (f", {cost['waves']} waves on this node's {have}" if have else ""))
+    why = (f"{cost['curator_turns']:,} curator turns, {cost['executor_episodes']:,} executor episodes "
+           f"({cost['streams']} streams x {cost['games']} games; {cost['games_source']}); `sweep --gpus`")
+    return Check("sweep GPUs", found, "ok" if have else "skip", why if have else "no CUDA device here; " + why)
+
+
 def gpu_checks(spec: Any, out_dir: Path, environ: dict[str, str] | None = None, cuda: Any = None) -> list[Check]:
     environ = dict(os.environ if environ is None else environ)
     rows = devices(spec, cuda)
@@ -182,4 +198,5 @@ def gpu_checks(spec: Any, out_dir: Path, environ: dict[str, str] | None = None, 
     rows += context(spec)
     memory = next((float(r.found.split()[0]) for r in rows if r.name == "GPU memory"), None)
     rows += sizing(spec, out_dir, parameter_count(spec.curator.model), memory)
+    rows.append(sweep_gpus(spec, cuda))
     return rows

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from twinrun.backends import registry
 from twinrun.backends.compiled import COUNT_NAMES, CompiledBackend, context_value
 from twinrun.core.spec import ExperimentSpec
+from twinrun.core.sweeps.placement import spec_sweep_cost
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,8 @@ def build_plan(spec: ExperimentSpec, backends: list[str] | None = None,
         "rollout_knobs": rollout_knobs(spec),
         "counts_equal": not mismatched,
         "mismatched_counts": mismatched,
+        # what sweeping every checkpoint of this spec's runs costs (docs/scale.md#sweeps-on-gpus)
+        "sweep_cost": spec_sweep_cost(spec, gpus=spec.resources.gpus_per_node or None),
     }
     if other is not None:
         result["against"] = against(spec, other, names)

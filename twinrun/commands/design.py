@@ -126,6 +126,11 @@ def design_cmd(
            "at_rho_upper": None if des_upper is None else {
                "rho": upper, "streams_needed": des_upper.streams, "power_at_max_streams": des_upper.power_at_cap,
                "rows": [r.__dict__ for r in des_upper.rows]}}
+    if des.streams is not None:  # what the fewest streams that decide cost: turns, episodes, curator GPUs
+        from twinrun.core.sweeps.placement import sweep_cost
+
+        out["sweep_cost"] = sweep_cost(checkpoints_per_run=checkpoints, runs=runs, streams=des.streams,
+                                       games=proto["games"])
     if as_json:
         typer.echo(json.dumps(out, indent=1))
         return
@@ -198,6 +203,10 @@ def _print(out: dict[str, Any], des: Any) -> None:
                   "yes" if r.decides else "no")
     console.print(t)
     console.print(_verdict(out["streams_needed"], out["power_at_max_streams"], out))
+    if out.get("sweep_cost"):
+        from twinrun.core.sweeps.placement import cost_line
+
+        console.print(cost_line(out["sweep_cost"]), highlight=False)
     up = out.get("at_rho_upper")
     if up is not None:
         console.print(f"at rho's upper bound {up['rho']:.4f}: " + _verdict(up["streams_needed"],

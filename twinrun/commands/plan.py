@@ -79,6 +79,9 @@ def _print(result: dict) -> None:
             console.print(f"  {k}={v}", highlight=False)
     if "against" in result:
         _print_against(console, result["spec"]["name"], result["against"])
+    from twinrun.core.sweeps.placement import cost_line
+
+    console.print(cost_line(result["sweep_cost"]) + f" ({result['sweep_cost']['games_source']})", highlight=False)
 
 
 def _show(value: object) -> str:

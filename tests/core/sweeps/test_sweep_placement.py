@@ -123,3 +123,31 @@ def test_ray_gives_each_checkpoint_task_a_gpu(tmp_path: Path, smoke_spec_path: P
             a = plan.arm(arm)
             assert (a.device, a.gpus) == ("cuda:0", m["visible"])
     assert all(plan.arm(b).gpus is None for b in ("baseline", "baseline#r1"))
+
+
+def test_the_cost_up_front_in_plan_and_design(repo_root: Path) -> None:
+    from typer.testing import CliRunner
+
+    from twinrun.app.plan import build_plan
+    from twinrun.cli import app
+    from twinrun.core.sweeps.placement import sweep_cost
+
+    # the paper's protocol: 12 checkpoints x 2 frameworks, 140 games, 4 streams, 8 GPUs (hand-computed)
+    assert sweep_cost(checkpoints_per_run=12, runs=2, streams=4, games=140, gpus=8) == {
+        "checkpoints": 24, "streams": 4, "games": 140, "curator_turns": 24 * 4 * 140, "curator_calls": 24 * 140,
+        "executor_episodes": 25 * 4 * 140, "curator_gpus_all_at_once": 24, "gpus": 8, "waves": 3}
+    assert sweep_cost(checkpoints_per_run=12, runs=2, streams=4, games=140, batched=False)["curator_calls"] == 13440
+    paper = load_spec(repo_root / "experiments" / "skillos-alfworld-qwen3-8b.yaml")
+    cost = build_plan(paper)["sweep_cost"]
+    assert (cost["checkpoints"], cost["games"], cost["curator_turns"], cost["executor_episodes"], cost["waves"]) == (
+        24, 140, 24 * 140, 25 * 140, 3)
+    res = CliRunner().invoke(app, ["plan", str(repo_root / "experiments" / "skillos-alfworld-qwen3-8b.yaml")])
+    assert "3,360 curator turns" in " ".join(res.output.split()) and "3,500 executor episodes" in res.output
+    res = CliRunner().invoke(app, ["design", "--delta", "10", "--rho", "0.02", "--checkpoints", "12", "--runs", "2",
+                                   "--json"])
+    out = json.loads(res.output)
+    need, games = out["streams_needed"], out["games_per_stream"]
+    assert out["sweep_cost"] == sweep_cost(checkpoints_per_run=12, runs=2, streams=need, games=games)
+    res = CliRunner().invoke(app, ["design", "--delta", "10", "--rho", "0.02", "--checkpoints", "12", "--runs", "2"])
+    text = " ".join(res.output.split())  # the console wraps long lines
+    assert f"{24 * need * games:,} curator turns" in text and "24 curator GPUs" in text

@@ -90,3 +90,44 @@ def gpu_need(checkpoints: int, gpus: int | None = None, arms_per_gpu: int = 1) -
         out["gpus"] = gpus
         out["waves"] = math.ceil(checkpoints / (gpus * arms_per_gpu)) if checkpoints else 0
     return out
+
+
+PAPER_GAMES = 140  # the paper's held-out ALFWorld games: what a cost is stated for when eval_games is unset
+
+
+def sweep_cost(*, checkpoints_per_run: int, runs: int, streams: int, games: int, gpus: int | None = None,
+               arms_per_gpu: int = 1, batched: bool = True) -> dict[str, int]:
+    """What a sweep spends, before it runs: every checkpoint's curator makes one turn per game of each of its
+    streams; every arm (checkpoints and the baseline) plays each game once per stream; each checkpoint's curator
+    holds a GPU of its own (``gpu_need``); batched, a checkpoint's R streams share each curator call."""
+    ckpts = checkpoints_per_run * runs
+    turns = ckpts * streams * games
+    return {"checkpoints": ckpts, "streams": streams, "games": games, "curator_turns": turns,
+            "curator_calls": ckpts * games if batched else turns,
+            "executor_episodes": (ckpts + 1) * streams * games,
+            **gpu_need(ckpts, gpus, arms_per_gpu)}
+
+
+def spec_sweep_cost(spec: object, gpus: int | None = None) -> dict[str, object]:
+    """sweep_cost of a spec's own sweep: ceil(steps / checkpoint_every) checkpoints per backend, its backends as
+    runs, sweep.streams, environment.eval_games (unset: the paper's 140, said so in ``games_source``)."""
+    s: object = spec
+    games = s.environment.eval_games  # type: ignore[attr-defined]
+    per_run = math.ceil(s.steps / s.checkpoint_every)  # type: ignore[attr-defined]
+    cost: dict[str, object] = dict(sweep_cost(
+        checkpoints_per_run=per_run, runs=len(s.backends), streams=s.sweep.streams,  # type: ignore[attr-defined]
+        games=games or PAPER_GAMES, gpus=gpus, arms_per_gpu=s.sweep.arms_per_gpu,  # type: ignore[attr-defined]
+        batched=s.sweep.batch_streams))  # type: ignore[attr-defined]
+    cost["games_source"] = "environment.eval_games" if games else f"eval_games unset: the paper's {PAPER_GAMES}"
+    return cost
+
+
+def cost_line(cost: dict[str, object]) -> str:
+    """One line: checkpoints, streams, games, curator turns (and calls), executor episodes, GPUs."""
+    waves = f", {cost['waves']} waves on {cost['gpus']} GPUs" if cost.get("gpus") else ""
+    calls = (f" in {cost['curator_calls']:,} calls (streams batched)"
+             if cost["curator_calls"] != cost["curator_turns"] else "")
+    return (f"sweep: {cost['checkpoints']} checkpoints x {cost['streams']} streams x {cost['games']} games: "
+            f"{cost['curator_turns']:,} curator turns{calls}, {cost['executor_episodes']:,} executor episodes "
+            f"(baseline included), {cost['curator_gpus_all_at_once']} curator GPUs for one wave (one per "
+            f"checkpoint){waves}")
