@@ -38,12 +38,3 @@ class SweepSpec(_Strict):
         1, ge=1, le=8,
         description="checkpoint curators loaded on one GPU at a time (`sweep --gpus`); 1: each its own GPU. Above 1 "
         "only when the models fit twice over (e.g. a small curator on an 80 GB GPU)")
-    curator_server: Literal["vllm"] | None = Field(
-        None,
-        description="vllm: each checkpoint's curator runs behind a vLLM server twinrun starts (one GPU each, "
-        "health-checked, logs under OUT/servers/) and stops; null: in process (transformers), or the "
-        "sweep.curator_endpoints given. Either way twinrun renders the prompt token ids and parses the tool call")
-    curator_endpoints: dict[str, str] = Field(
-        default_factory=dict,
-        description="the user's own OpenAI-compatible servers, one per checkpoint: 'RUN@STEP' -> base URL (…/v1), "
-        "each serving that checkpoint; a checkpoint without one is refused before the sweep writes")

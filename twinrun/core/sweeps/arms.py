@@ -295,19 +295,11 @@ class ArmStream:
 
 def call_policy(policy: CuratorPolicy, curator_input: str, history: Sequence[Any]) -> tuple[str | None, str | None]:
     """One curator turn, one at a time: (text, None), or (None, error) when generation failed (infrastructure:
-    recorded on the row, no ops applied). A dead curator server (:class:`CuratorDown`) is not caught: the arm
-    stops before writing the game's row and resumes there."""
+    recorded on the row, no ops applied)."""
     try:
         return (policy(curator_input, history) if history else policy(curator_input)), None
-    except CuratorDown:
-        raise
     except InfrastructureError as e:
         return None, str(e)
-
-
-class CuratorDown(InfrastructureError):
-    """The arm's curator server is gone (after its retries): the arm stops before writing the game in progress,
-    its outcome is unmeasured, and a rerun resumes it from its rows."""
 
 
 def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, runtime: Any,

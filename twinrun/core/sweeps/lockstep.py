@@ -26,7 +26,6 @@ from twinrun.core.records import JsonlWriter
 from twinrun.core.sweeps.arms import (
     ArmOutcome,
     ArmStream,
-    CuratorDown,
     CuratorPolicy,
     PolicyFactory,
     _finished,
@@ -53,8 +52,6 @@ def curator_turns(policy: CuratorPolicy | None, requests: Sequence[tuple[str, li
         return [call_policy(policy, x, h) for x, h, _ in requests]
     try:
         return [(t, None) for t in batch(list(requests))]
-    except CuratorDown:
-        raise
     except InfrastructureError as e:  # the whole batch failed (out of memory, device): every row says so
         return [(None, str(e))] * len(requests)
 

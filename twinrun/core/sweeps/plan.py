@@ -100,7 +100,6 @@ class SweepPlan:
     # the one dtype every checkpoint is evaluated at (sweep.curator_dtype, resolved); None: a manifest written
     # before it was stated (each checkpoint at its config's dtype)
     curator_dtype: str | None = None
-    curator_server: str | None = None  # "vllm", "endpoints", or None (in process)
 
     @property
     def game_ids(self) -> list[str]:
@@ -378,7 +377,7 @@ def arm_name(run: str, step: int, replicate: int = 0) -> str:
 
 def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
                split: str, executor_settings_hash: str | None, streams: int = 1,
-               curator_dtype: str | None = None, curator_server: str | None = None) -> SweepPlan:
+               curator_dtype: str | None = None) -> SweepPlan:
     """Create the manifest, or extend an existing one with new arms (same spec, games, number of streams and
     evaluation dtype, else refused before anything is written).
 
@@ -403,7 +402,6 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
                 f"{spec.spec_hash()} (fix: a new --out folder, or the spec that sweep used)"
             )
         plan = existing
-        plan.curator_server = curator_server
     else:
         plan = SweepPlan(
             sweep_id=f"{spec.name}-{_slug(executor_name(spec))}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
@@ -412,7 +410,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             executor=executor_name(spec),
             twinrun_version=twinrun_version(),
             streams=streams, stream_plans=[stream_plan(spec.seed, ids, r) for r in range(streams)],
-            curator_dtype=curator_dtype, curator_server=curator_server,
+            curator_dtype=curator_dtype,
         )
     have = {a.arm: a for a in plan.arms}
 

@@ -96,7 +96,6 @@ from twinrun.core.sweeps.arms import (  # noqa: F401  (re-exported: an arm's nam
     _replay,
     _jsonable,
     ArmStream,
-    CuratorDown,
 )
 from twinrun.core.sweeps.lockstep import play_unit, run_streams  # noqa: F401
 
