@@ -48,6 +48,13 @@ def compare_cmd(
     metrics: list[str] = typer.Option([], "--metrics", help="LABEL=PATH of a run's metrics.jsonl for the "
                                       "training-dynamics figure (repeatable; with --out; the runs of sweep "
                                       "folders are found on their own)"),
+    looks: str | None = typer.Option(None, "--looks", help="N1,N2,...: replay the group-sequential rule of sweep "
+                                     "--until-decided on the sweep's first N1, N2, ... streams and say at which look "
+                                     "it would have stopped, with what verdict (docs/streams.md)"),
+    spending: str = typer.Option("obf", "--spending", help="with --looks: alpha spending, obf (O'Brien-Fleming "
+                                 "type) or pocock"),
+    futility_p: float = typer.Option(0.5, "--futility-p", help="with --looks: stop for futility when every undecided "
+                                     "pair's interaction p is above this and r below rho0 (1: never)"),
     track: bool = typer.Option(True, "--track/--no-track", help="upload the verdict table and (with --out) the "
                                "figures to the tracker of a tracked sweep (its tracking.json)"),
 ) -> None:
@@ -60,6 +67,16 @@ def compare_cmd(
                                family_map=tuple(_pairs(family_of, "--family-of", "NAME=GLOB", "trl='trl-*'")),
                                rho0=rho0, delta=delta / 100.0, groups=tuple(parse_groups(group)), across=across,
                                stream_icc=stream_icc, stream_design=stream_design, max_streams=max_streams)
+    if looks is not None:
+        from twinrun.core.compare.looks import format_replay, replay_inputs
+
+        res = replay_inputs(inputs, baseline, settings, parse_looks(looks), kind=spending, futility_p=futility_p)
+        if as_json:
+            print_json({"sequential": res})
+        else:
+            for line in format_replay(res):
+                typer.echo(line)
+        return
     result = compare(inputs, baseline, settings)
     report_path = None
     if out is not None:
@@ -81,6 +98,16 @@ def compare_cmd(
     from twinrun.core.compare.report import print_console
 
     print_console(result, report_path)
+
+
+def parse_looks(text: str) -> list[int]:
+    """``2,4,8`` -> [2, 4, 8] (checked by the rule: increasing, from 2 streams)."""
+    from twinrun.core.compare import CompareError
+
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CompareError(f"--looks: {text!r} is not a list of stream counts (fix: e.g. --looks 2,4,8)") from None
 
 
 def _pairs(items: list[str], option: str, form: str, example: str) -> list[tuple[str, str]]:

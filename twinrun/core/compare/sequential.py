@@ -6,7 +6,8 @@ Looking J times at a fixed-level test would claim "differ" far more often than a
 claim's error rate is **spent** across the looks with the Lan-DeMets O'Brien-Fleming-type spending function
 (Lan & DeMets 1983, Biometrika 70:659; Jennison & Turnbull 2000, Group Sequential Methods, ch. 7):
 
-    alpha(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t))     (two-sided; one-sided: 1 - Phi(z_{1 - alpha} / sqrt(t)))
+    alpha(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t))     (for a two-sided |Z| or a chi-square/F statistic at level
+                                                         alpha, and for each one-sided TOST side at alpha)
 
 at the information fraction t_j = n_j / n_J (a cell mean's variance falls as 1 / streams). The cumulative error
 alpha(t_j) - alpha(t_{j-1}) that look j may add is turned into a **nominal level** a_j for that look's test:
@@ -40,21 +41,20 @@ import numpy as np
 from scipy import stats
 
 from twinrun.core.compare.model import CompareError
-from twinrun.core.compare.verdict import AGREE, BAND_LEVEL, NO_EVIDENCE
+from twinrun.core.compare.verdict import AGREE, BAND_LEVEL, CO_MOVE, DIFFER, NO_EVIDENCE  # noqa: F401 (re-exported)
 
 SPENDINGS = ("obf", "pocock")
 SIMS = 100_000  # null draws behind the interaction's nominal levels (a_j's Monte Carlo error ~1e-4 at alpha 0.05)
 
 
-def spend(t: np.ndarray | Sequence[float], alpha: float, *, sides: int = 2, kind: str = "obf") -> np.ndarray:
+def spend(t: np.ndarray | Sequence[float], alpha: float, *, kind: str = "obf") -> np.ndarray:
     """Cumulative error alpha(t) at information fractions t in (0, 1] (Lan-DeMets). kind "obf": the O'Brien-Fleming
     type above; "pocock": alpha ln(1 + (e - 1) t). t[J] -> alpha(t)[J]; alpha(1) = alpha."""
     t = np.asarray(t, dtype=float)
     if np.any(t <= 0) or np.any(t > 1 + 1e-12):
         raise CompareError(f"information fractions {t.tolist()} must lie in (0, 1] (fix: looks up to the last one)")
-    if kind == "obf":
-        z = stats.norm.ppf(1 - alpha / sides)
-        return np.minimum(sides * stats.norm.sf(z / np.sqrt(t)), alpha)
+    if kind == "obf":  # the same function for one- and two-sided tests (gsDesign's sfLDOF)
+        return np.minimum(2 * stats.norm.sf(stats.norm.ppf(1 - alpha / 2) / np.sqrt(t)), alpha)
     if kind == "pocock":
         return alpha * np.log1p((np.e - 1) * t)
     raise CompareError(f"spending: {kind!r} (fix: one of {', '.join(SPENDINGS)})")
@@ -147,7 +147,7 @@ def z_levels(looks: tuple[int, ...], alpha: float = 0.05, sides: int = 1, kind: 
     w = np.cumsum(rng.standard_normal((sims, len(lk))) * np.sqrt(inc), axis=1)  # Brownian motion at the looks
     z = w / np.sqrt(np.array(lk))
     p = sides * stats.norm.sf(np.abs(z) if sides == 2 else z)
-    return tuple(float(a) for a in _crossing_levels(p, spend(np.array(lk) / lk[-1], alpha, sides=sides, kind=kind)))
+    return tuple(float(a) for a in _crossing_levels(p, spend(np.array(lk) / lk[-1], alpha, kind=kind)))
 
 
 @dataclass(frozen=True)
