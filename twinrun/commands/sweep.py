@@ -81,6 +81,13 @@ def sweep_cmd(
     replicates: list[str] = typer.Option([], "--replicates", help="old alias: naming every run (RUN ..., optionally "
                                          "baseline) is --streams 2; a subset of runs or steps, or baseline:N, is "
                                          "refused (use --streams)"),
+    until_decided: bool = typer.Option(False, "--until-decided", help="play streams in looks of --streams-per-look "
+                                       "up to --max-streams; stop when the pair verdicts are decided under a "
+                                       "group-sequential rule (docs/streams.md); default: the spec's sweep.until_decided"),
+    max_streams: int | None = typer.Option(None, "--max-streams", help="with --until-decided: the last look's streams "
+                                           "(default: sweep.max_streams, 8)"),
+    streams_per_look: int | None = typer.Option(None, "--streams-per-look", help="with --until-decided: streams added "
+                                                "per look (default: sweep.streams_per_look, 2)"),
     games: int | None = typer.Option(None, "--games", help="number of held-out games (default: environment.eval_games)"),
     split: str | None = typer.Option(None, "--split", help="held-out split (default: environment.eval_split)"),
     workers: int | None = typer.Option(None, "--workers", help="env worker processes (default: environment.workers)"),
@@ -112,6 +119,18 @@ def sweep_cmd(
         raise sw.SweepError(f"--replicates: {' '.join(replicates)!r} means --streams {aliased}, but --streams "
                             f"{streams} was given (fix: drop --replicates)")
     n_streams = streams if streams is not None else aliased  # None: the spec's sweep.streams
+    sequential = until_decided or spec.sweep.until_decided
+    if sequential:  # looks (issue 41): planned with max_streams; the looks checked before anything is written
+        from twinrun.core.sweeps.until_decided import check_resume, plan_looks
+
+        if n_streams is not None:
+            raise sw.SweepError("--streams: given with --until-decided, which plays up to --max-streams (fix: drop "
+                                "--streams, or drop --until-decided)")
+        max_streams = max_streams or spec.sweep.max_streams
+        streams_per_look = streams_per_look or spec.sweep.streams_per_look
+        looks = plan_looks(max_streams, streams_per_look)
+        n_streams = max_streams
+        check_resume(out, looks)
     # another number of streams than the folder was planned with: refused before the folder's lock is written
     sw.check_streams(out, spec.sweep.streams if n_streams is None else n_streams)
     from twinrun.core.sweeps.placement import parse_gpus
@@ -129,6 +148,22 @@ def sweep_cmd(
     else:
         raise sw.SweepError(f"--curator: {curator!r} is not a curator policy (fix: hf or no-ops)")
     # --json: stdout holds the summary alone (Ray's driver prints cluster events, e.g. a lost raylet, to stdout)
+    if sequential:
+        from twinrun.app.until_decided import sweep_until_decided
+
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(), _one_writer(out):
+            seq = sweep_until_decided(
+                sw.sweep, spec, run_dirs, out, max_streams=max_streams, per_look=streams_per_look,
+                log=lambda line: typer.echo(line, err=as_json), environ=dict(os.environ), split=split, n_games=games,
+                policy_factory=factory, workers=workers, ray_address=ray, ray_num_cpus=ray_cpus,
+                ray_retries=ray_retries, progress=progress and not as_json)
+        if as_json:
+            print_json({"sequential": seq})
+            return
+        typer.echo(f"until decided: stopped at {seq['stopped_at']} of {max_streams} streams ({seq['stop']}): "
+                   + "; ".join(f"{k}: {v}" for k, v in (seq["verdicts"] or {}).items()))
+        typer.echo(f"next: twinrun compare {out} --baseline {sw.BASELINE}")
+        return
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(), _one_writer(out):
         result = sw.sweep(
             spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, streams=n_streams,

@@ -229,7 +229,8 @@ def take_look(doc: dict[str, Any], rule: SequentialRule, j: int, levels: dict[st
         if verdict == AGREE and (reach is None or reach > delta):
             verdict, reason = NO_EVIDENCE, "agree-not-yet-spent"
         look.pairs.append({"a": pair["a"], "b": pair["b"], "verdict": verdict, "reason": reason,
-                           "interaction_p": p, "pearson": pair.get("pearson"), "band_reach": reach})
+                           "interaction_p": p, "pearson": pair.get("pearson"), "band_reach": reach,
+                           "n_to_decide": pair.get("n_to_decide") if verdict == NO_EVIDENCE else None})
         if verdict == NO_EVIDENCE:
             r = pair.get("pearson")
             undecided_futile.append(p is not None and p > rule.futility_p and (r is None or not np.isfinite(r) or r < rho0))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from twinrun.core.spec.base import _Strict
 
@@ -38,3 +38,17 @@ class SweepSpec(_Strict):
         1, ge=1, le=8,
         description="checkpoint curators loaded on one GPU at a time (`sweep --gpus`); 1: each its own GPU. Above 1 "
         "only when the models fit twice over (e.g. a small curator on an 80 GB GPU)")
+    until_decided: bool = Field(
+        False, description="play streams in batches (looks) up to max_streams and stop when compare's pair verdicts "
+        "are decided under a group-sequential rule that spends each claim's alpha over the looks (docs/streams.md); "
+        "`sweep --until-decided` sets it")
+    max_streams: int = Field(8, ge=2, le=64, description="with until_decided: the streams planned, the last look")
+    streams_per_look: int = Field(2, ge=1, le=64, description="with until_decided: streams added per look (the "
+                                  "first look has at least 2)")
+
+    @model_validator(mode="after")
+    def _looks_fit(self) -> "SweepSpec":
+        if self.until_decided and self.streams_per_look > self.max_streams:
+            raise ValueError(f"sweep.streams_per_look: {self.streams_per_look} > sweep.max_streams "
+                             f"{self.max_streams} (fix: streams_per_look <= max_streams)")
+        return self

@@ -100,6 +100,9 @@ class SweepPlan:
     # the one dtype every checkpoint is evaluated at (sweep.curator_dtype, resolved); None: a manifest written
     # before it was stated (each checkpoint at its config's dtype)
     curator_dtype: str | None = None
+    # sweep --until-decided (issue 41): the looks planned, each look taken (streams, levels, verdicts) and why it
+    # stopped; None for a fixed sweep. Written by twinrun.core.sweeps.until_decided
+    sequential: dict[str, Any] | None = None
 
     @property
     def game_ids(self) -> list[str]:

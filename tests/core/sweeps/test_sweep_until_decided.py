@@ -1,0 +1,78 @@
+"""sweep --until-decided (issue 41): the smoke arm's sweep played look by look on real ALFWorld games with the
+scripted executor and the scripted curators of the stream tests (no model), each look recorded in sweep.json, a
+stop, and a kill inside a look resumed without losing or repeating a row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from twinrun.core.spec import load_spec
+from twinrun.core.sweeps import sweep as sw
+from twinrun.core.sweeps.until_decided import SweepError, check_resume, look_arms, plan_looks
+from tests.core.sweeps.test_sweep_streams import checkpoint_folder, inserting_curator, read_rows
+
+FAST = ["executor.max_turns=3"]
+
+
+@pytest.fixture(scope="module")
+def run3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runs3") / "trl-s0"
+    for step in (2, 4, 6):  # a shape needs 3 checkpoints
+        checkpoint_folder(root / "checkpoints" / f"step-{step:06d}", seed=step)
+    return root
+
+
+def test_plan_looks() -> None:
+    assert plan_looks(8, 2) == (2, 4, 6, 8)
+    assert plan_looks(5, 1) == (2, 3, 4, 5)
+    assert plan_looks(7, 3) == (3, 6, 7)
+    with pytest.raises(SweepError, match="fix:"):
+        plan_looks(1, 1)
+
+
+def test_until_decided_runs_records_stops_and_resumes_after_a_kill(tmp_path: Path, smoke_spec_path: Path,
+                                                                    run3: Path, alfworld_data: Path) -> None:
+    from twinrun.app.until_decided import sweep_until_decided
+    from twinrun.core.compare import CompareSettings
+
+    spec = load_spec(smoke_spec_path, FAST)
+    out = tmp_path / "sw"
+    kw = dict(data_root=alfworld_data, n_games=4, workers=0, policy_factory=inserting_curator, progress=False)
+    runs = {"a": str(run3), "b": str(run3)}
+    dirs = [f"{k}={v}" for k, v in runs.items()]
+    calls: list[int] = []
+
+    def counting_sweep(*a, **k):
+        calls.append(len(k["arms"]))
+        return sw.sweep(*a, **k)
+
+    # a kill inside look 2: play look 1 and part of look 2 by hand (the same plan), cut one arm's file mid-way
+    sw.sweep(spec, dirs, out, streams=4, arms=look_arms(sw.parse_run_dirs(dirs), 2), **kw)
+    sw.sweep(spec, dirs, out, streams=4, arms=["baseline#r2", "a@2#r2"], **kw)
+    cut = out / "arms" / "a@2#r2.jsonl"
+    kept = b"".join(cut.read_bytes().splitlines(keepends=True)[:2])
+    cut.write_bytes(kept + b'{"torn')
+    settings = CompareSettings(n_boot=1000, seed=0)
+    seq = sweep_until_decided(counting_sweep, spec, dirs, out, max_streams=4, per_look=2, settings=settings, futility_p=1.0, **kw)
+    # 4 games a stream decide nothing at look 1's level (8.9e-5) and futility is off: look 2 is played
+    assert seq["looks_at"] == [2, 4] and seq["stopped_at"] == 4 and seq["stop"] in ("decided", "last look")
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert manifest["sequential"] == seq and manifest["streams"] == 4
+    assert [lk["streams"] for lk in seq["looks"]] == [2, 4][: len(seq["looks"])]
+    assert all(lk["pairs"] and "alpha" in lk for lk in seq["looks"])
+    rows = read_rows(cut)  # the arm killed inside look 2: its kept rows, then the rest, each game once
+    assert cut.read_bytes().startswith(kept) and sorted(r["game_index"] for r in rows) == [0, 1, 2, 3]
+    # no stream beyond the stop was played
+    played = {p.stem for p in (out / "arms").glob("*.jsonl")}
+    assert all(int(n.split("#r")[1]) < seq["stopped_at"] for n in played if "#r" in n)
+    # a stopped sweep plays nothing more; other looks are refused before any write
+    calls.clear()
+    again = sweep_until_decided(counting_sweep, spec, dirs, out, max_streams=4, per_look=2, settings=settings, futility_p=1.0, **kw)
+    assert again == seq and calls == []
+    before = (out / "sweep.json").read_bytes()
+    with pytest.raises(SweepError, match=r"planned with looks at 2,4 streams, not 2,3,4 \(fix:"):
+        check_resume(out, plan_looks(4, 1))
+    assert (out / "sweep.json").read_bytes() == before
