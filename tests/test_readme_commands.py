@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from twinrun.testing.doc_commands import shell_lines
+
 # one step, one group of two rollouts, short episodes: the same counts under both backends
 TINY = ("--set steps=1 --set checkpoint_every=1 --set batch.groups_per_step=1 --set batch.rollouts_per_group=2 "
         "--set executor.max_turns=3")
@@ -81,28 +83,6 @@ def test_readme_by_hand_commands_run_verbatim(repo_root: Path, tmp_path: Path, a
 
 def doc_pages(repo_root: Path) -> list[Path]:
     return [repo_root / "README.md", *sorted((repo_root / "docs").glob("*.md"))]
-
-
-def shell_lines(text: str) -> list[str]:
-    """The command lines of a page: each ```bash block's lines (continuations joined, comments and blank lines
-    dropped, ``$VAR`` expanded from the block's own ``VAR=value`` lines) and every inline `code` span that starts
-    with a command (twinrun, .venv/bin/twinrun, make, python -m)."""
-    out: list[str] = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-        variables: dict[str, str] = {}
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #", 1)[0].strip()
-            if not line or line.startswith("#"):
-                continue
-            m = re.fullmatch(r"([A-Z_]+)=(\S+)", line)
-            if m:
-                variables[m.group(1)] = m.group(2)
-                continue
-            out.append(re.sub(r"\$([A-Z_]+)", lambda v: variables.get(v.group(1), v.group(0)), line))
-    prose = re.sub(r"```.*?```", "", text, flags=re.S)
-    out += [span for span in re.findall(r"`([^`\n]+)`", prose)
-            if re.match(r"(\.venv/bin/)?twinrun |make [a-z]|python -m twinrun", span)]
-    return out
 
 
 def twinrun_calls(line: str) -> list[list[str]]:

@@ -21,32 +21,12 @@ from twinrun.core.records import (
     provenance,
     read_jsonl,
 )
-from twinrun.core.sweeps.plan import (  # noqa: F401  (re-exported: the plan's names live in sweep_plan)
+from twinrun.core.sweeps.plan import (
     ARMS_DIR,
-    BASELINE,
-    MANIFEST,
-    SWEEP_SCHEMA_VERSION,
     ArmPlan,
     SweepError,
     SweepPlan,
-    _check_run_shape,
-    _run_identity,
-    _slug,
-    arm_name,
-    checkpoint_fingerprint,
-    StreamPlan,
-    check_streams,
-    checkpoint_hash,
     curator_seed,
-    discover_checkpoints,
-    executor_seed,
-    executor_name,
-    games_hash,
-    load_plan,
-    parse_run_dirs,
-    plan_sweep,
-    select_games,
-    stream_plan,
     sweep_group_id,
 )
 
