@@ -14,6 +14,7 @@ Two jobs:
 
 The controls (which runs each one holds):
 
+* ``first-seeds``: TRL and verl at seed 0 only, the first two runs (no framework verdict: one seed each);
 * ``pilot``: TRL and verl, seeds 0 and 1: the stream correlation and the seed spread that size the rest;
 * ``negative``: TRL against verl, every seed trained (the same algorithm: must not say "differ");
 * ``positive``: the slow group (lr / 10, under TRL) against the verl seeds (must say "differ");
@@ -35,6 +36,8 @@ FINDINGS = ROOT / "docs" / "findings.md"
 START, END = "<!-- findings:start (generated: experiments/controls/analyse.py findings --write) -->", "<!-- findings:end -->"
 
 CONTROLS: dict[str, dict[str, Any]] = {
+    "first-seeds": {"runs": ["trl-s0", "verl-s0"], "truth": "same algorithm (one seed each: framework and seed "
+                    "confounded)"},
     "pilot": {"runs": ["trl-s0", "trl-s1", "verl-s0", "verl-s1"], "truth": "same algorithm"},
     "negative": {"runs": ["trl-s0", "trl-s1", "trl-s2", "verl-s0", "verl-s1", "verl-s2"], "truth": "same algorithm"},
     "positive": {"runs": ["trlslow-s0", "trlslow-s1", "trlslow-s2", "verl-s0", "verl-s1", "verl-s2"],
@@ -154,7 +157,7 @@ def render(f: dict[str, Any]) -> str:
         lines.append(f"### {name}: {', '.join(c['runs'])} (truth: {c['truth']})")
         lines.append("")
         icc, blocks = c["icc"] or {}, c["blocks"] or {}
-        lines.append(f"- design: {c['streams']} streams x {c['games_per_stream']} games per checkpoint, streams "
+        lines.append(f"- design: {c['streams']} streams x {c['games_per_stream']:g} measured games (mean) per checkpoint, streams "
                      f"{c['design']}; baseline success {100 * c['baseline_rate']:.1f}%")
         if icc:
             lines.append(f"- stream correlation (ICC): {icc['estimate']:.3f} {_ci(icc['ci'], fmt='{:.3f}')}, "
@@ -165,7 +168,7 @@ def render(f: dict[str, Any]) -> str:
                          f"{100 * blocks['sd_blocked']:.1f} pp after the blocks")
         for cmp in c["frameworks"]:
             an = cmp.get("anova") or {}
-            head = (f"- framework verdict, {cmp['a']} ({cmp['seeds_a']} seeds) vs {cmp['b']} ({cmp['seeds_b']} seeds): "
+            head = (f"- framework verdict, {cmp['a']} ({cmp['seeds_a']} seed(s)) vs {cmp['b']} ({cmp['seeds_b']} seed(s)): "
                     f"**{cmp.get('verdict') or 'none'}**")
             if cmp.get("reason"):
                 head += f" (reason {cmp['reason']})"
