@@ -5,7 +5,7 @@ Two jobs:
 * ``python experiments/controls/analyse.py compact --from runs/controls`` copies what the findings rest on out of a
   controls folder (experiments/controls/controls.py) into ``experiments/controls/data/<control>/``: a sweep folder of
   that control's runs (sweep.json with their arms and the baseline, one compact row per game: the fields
-  ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl. A few MB in all, so
+  ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl (``metrics/<run>.jsonl``). A few MB in all, so
   the rows are committed beside the numbers they give.
 * ``python experiments/controls/analyse.py findings`` runs ``twinrun compare``'s own function on each committed
   control and prints the block docs/findings.md carries between its ``findings:start`` / ``findings:end``
@@ -75,14 +75,16 @@ def compact(src: Path, control: str, dst_root: Path = DATA) -> Path | None:
     if dst.exists():
         shutil.rmtree(dst)
     (dst / "arms").mkdir(parents=True)
-    keep = dict(plan, arms=[dict(a, run_dir=None, checkpoint_path=None, checkpoint_stat=None) for a in arms])
+    # no machine's paths in committed rows: a game is its id (the pairing key), a checkpoint its content hash
+    keep = dict(plan, games=[dict(g, path=None) for g in plan["games"]],
+                arms=[dict(a, run_dir=None, checkpoint_path=None, checkpoint_stat=None) for a in arms])
     atomic_write_json(dst / "sweep.json", keep)
     for arm, rs in rows.items():
         atomic_write_text(dst / "arms" / f"{arm}.jsonl",
                           "".join(json.dumps(compact_row(r), sort_keys=True) + "\n" for r in rs))
+    (dst / "metrics").mkdir()  # not runs/: .gitignore keeps run folders out of the repository
     for run in runs:
-        (dst / "runs" / run).mkdir(parents=True)
-        shutil.copyfile(src / "runs" / run / "metrics.jsonl", dst / "runs" / run / "metrics.jsonl")
+        shutil.copyfile(src / "runs" / run / "metrics.jsonl", dst / "metrics" / f"{run}.jsonl")
     return dst
 
 
@@ -111,7 +113,7 @@ def cost(data: Path) -> dict[str, Any]:
 
     rows = [r for f in sorted((data / "arms").glob("*.jsonl")) for r in read_jsonl(f)]
     train_s, train_episodes = 0.0, 0
-    for m in sorted((data / "runs").glob("*/metrics.jsonl")):
+    for m in sorted((data / "metrics").glob("*.jsonl")):
         steps = {r["step"]: r for r in read_jsonl(m) if r.get("kind", "step") == "step" and "step" in r}
         train_s += sum(float((r.get("wall_s") or {}).get("step") or 0.0) for r in steps.values())
         train_episodes += sum(int(r.get("executor_episodes") or 0) for r in steps.values())
