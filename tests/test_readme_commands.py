@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from twinrun.testing.doc_commands import shell_lines
+from twinrun.testing.doc_commands import shell_lines, twinrun_calls
 
 # one step, one group of two rollouts, short episodes: the same counts under both backends
 TINY = ("--set steps=1 --set checkpoint_every=1 --set batch.groups_per_step=1 --set batch.rollouts_per_group=2 "
@@ -83,21 +83,6 @@ def test_readme_by_hand_commands_run_verbatim(repo_root: Path, tmp_path: Path, a
 
 def doc_pages(repo_root: Path) -> list[Path]:
     return [repo_root / "README.md", *sorted((repo_root / "docs").glob("*.md"))]
-
-
-def twinrun_calls(line: str) -> list[list[str]]:
-    """The argument lists of the twinrun invocations on one line (``[--opt X]`` brackets and ``a|b`` choices
-    flattened to words)."""
-    calls: list[list[str]] = []
-    if not re.search(r"(^|\s)(\S*/)?twinrun\s", line):  # e.g. python -c "from twinrun.core ... ; ...": no CLI call
-        return calls
-    for part in re.split(r"&&|;|\|\|", line):
-        words = shlex.split(part.replace("[", " ").replace("]", " ").replace("\\|", "|"), posix=True)
-        for i, w in enumerate(words):
-            if w in ("twinrun", ".venv/bin/twinrun", "$(BIN)/twinrun"):
-                calls.append(words[i + 1:])
-                break
-    return calls
 
 
 def resolve(root, args: list[str]):
