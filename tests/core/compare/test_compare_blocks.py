@@ -181,3 +181,16 @@ def test_what_would_decide_starts_from_the_covariance_the_tests_use() -> None:
     blocked = got["auto"]["n_to_decide_detail"]["streams_profile_difference"]
     nested = got["nested"]["n_to_decide_detail"]["streams_profile_difference"]
     assert blocked is not None and (nested is None or nested > 2 * blocked)
+
+
+def test_a_run_whose_checkpoints_score_the_same_in_each_stream_says_so() -> None:
+    """The demo's 3-step curves: each stream scores the same at every checkpoint of a run, so the blocks carry all
+    the between-stream variance and no error is left: the nested analysis, with that reason (not 'no run has 2
+    checkpoints x 2 streams', which it has)."""
+    from twinrun.core.compare.blocks import choose
+
+    cells = {"trl": [{0: 0.3, 1: 0.1}] * 3, "verl": [{0: 0.4, 1: 0.2}] * 3}
+    d = choose(True, "shared plans", "auto", cells, 0.95)
+    assert not d.blocked and d.summary is None and "scored the same in each stream" in d.why
+    d = choose(True, "shared plans", "auto", {"trl": [{0: 0.3, 1: 0.1}]}, 0.95)
+    assert "no run has 2 checkpoints x 2 streams" in d.why

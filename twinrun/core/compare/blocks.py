@@ -81,7 +81,9 @@ def block_share(fits: list[BlockFit], level: float = 0.95) -> dict[str, Any] | N
     ss_b, df_b = sum(f.ss_b for f in fits), sum(f.df_b for f in fits)
     kbar = sum(f.k * f.df_b for f in fits) / df_b
     ms_e, ms_b = ss_e / df_e, ss_b / df_b
-    if ms_e <= 0:
+    # no error left after the blocks, up to rounding (stream lifts equal at every checkpoint of a run give
+    # ss_e ~ 1e-32, not 0): an F against it would call any rounding a difference
+    if ms_e <= 1e-12 * (ms_b + ms_e) or ms_e <= 0:
         return None
     f = ms_b / ms_e
 
@@ -163,6 +165,11 @@ def choose(crossed: bool, crossed_why: str, stream_design: str, run_cells: dict[
         why = (f"{crossed_why}; but run(s) {', '.join(incomplete)} lack a stream at some checkpoint (an incomplete "
                "block): nested analysis")
         return Design(False, summary, why)
+    if summary is None and fits:
+        # the stream blocks carry all of the between-stream variance (every checkpoint of a run scored the same in
+        # each stream, as a curve that has not moved does): no error is left to test a contrast against
+        return Design(False, None, f"{crossed_why}; every checkpoint of a run scored the same in each stream (the "
+                      "stream blocks carry all the variance between streams, none is left after them): nested analysis")
     if summary is None:
         return Design(False, None, f"{crossed_why}; no run has 2 checkpoints x 2 streams: nested analysis")
     if stream_design == "nested":
