@@ -109,12 +109,13 @@ def _p(p: float | None) -> str:
 def cost(data: Path) -> dict[str, Any]:
     """Executor episodes and CPU wall time the control's rows took: the sweep's games (every row, the baseline's
     included) and each run's training steps (metrics.jsonl's step wall times)."""
+    from twinrun.core.compare.plots import read_metrics
     from twinrun.core.records import read_jsonl
 
     rows = [r for f in sorted((data / "arms").glob("*.jsonl")) for r in read_jsonl(f)]
     train_s, train_episodes = 0.0, 0
     for m in sorted((data / "metrics").glob("*.jsonl")):
-        steps = {r["step"]: r for r in read_jsonl(m) if r.get("kind", "step") == "step" and "step" in r}
+        steps = {r["step"]: r for r in read_metrics(m)}  # a resumed step keeps its last row
         train_s += sum(float((r.get("wall_s") or {}).get("step") or 0.0) for r in steps.values())
         train_episodes += sum(int(r.get("executor_episodes") or 0) for r in steps.values())
     return {"sweep_episodes": len(rows), "sweep_s": sum(float(r.get("wall_s") or 0.0) for r in rows),
