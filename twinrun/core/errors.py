@@ -11,3 +11,8 @@ class DependencyMissing(TwinrunError):
 
 class InfrastructureError(Exception):
     """An endpoint, simulator or worker failed. Never a task failure: the episode becomes `unmeasured`."""
+
+
+class EndpointUnavailable(InfrastructureError):
+    """A server a whole run of calls depends on is gone (a sweep's curator server died or stopped answering): the
+    work in flight is not recorded, what remains is unmeasured, and a rerun resumes it."""

@@ -14,7 +14,7 @@ from twinrun.core.sweeps.sweep import ArmPlan, CuratorPolicy, SweepError, curato
 from twinrun.core.curation.toolcalls import CURATE_TOOL
 from twinrun.models.tiny import resolve_model
 
-__all__ = ["HFCuratorPolicy", "hf_policy_factory"]
+__all__ = ["HFCuratorPolicy", "hf_policy_factory", "policy_settings"]
 
 
 class HFCuratorPolicy:
@@ -41,12 +41,12 @@ class HFCuratorPolicy:
         self._model: Any = None
         self._tok: Any = None
 
-    def _load(self) -> None:
-        if self._model is not None:
+    def _load_tokenizer(self) -> None:
+        """The checkpoint's tokenizer (else curator.model's): what renders every prompt and decodes every turn."""
+        if self._tok is not None:
             return
         try:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoTokenizer
         except ImportError:
             raise DependencyMissing("sweep: transformers is missing (fix: pip install 'twinrun[trl]')") from None
         sources = [self.model_dir] + ([self.tokenizer_dir] if self.tokenizer_dir else [])
@@ -59,6 +59,14 @@ class HFCuratorPolicy:
         if self._tok is None:
             raise SweepError(f"checkpoint {self.model_dir}: no tokenizer there or at curator.model (fix: save the "
                              "tokenizer with the checkpoint)")
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        self._load_tokenizer()
+        import torch
+        from transformers import AutoModelForCausalLM
+
         try:
             # dtype= casts every floating weight on load: a bf16 export and an fp32 merge are evaluated alike
             self._model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=getattr(torch, self.dtype)
@@ -103,7 +111,12 @@ class HFCuratorPolicy:
                                  eos_ids=self.eos_ids(), pad_id=self.pad_id())
         except RuntimeError as e:  # out of memory, device failure: infrastructure, not the curator's choice
             raise InfrastructureError(f"curator generation failed: {e}") from e
-        return [self._tok.decode(r, skip_special_tokens=True) for r in rows]
+        return [self.decode(r) for r in rows]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """A turn's text from its new token ids (special tokens dropped; the tool-call tags are not special)."""
+        self._load_tokenizer()
+        return self._tok.decode(list(ids), skip_special_tokens=True)
 
     def eos_ids(self) -> list[int]:
         """Where a turn ends: the checkpoint's generation config's end-of-sequence ids, else the tokenizer's."""
@@ -117,20 +130,25 @@ class HFCuratorPolicy:
         return int(self._tok.pad_token_id if self._tok.pad_token_id is not None else self._tok.eos_token_id)
 
 
-def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,
-                      device: str = "cpu") -> CuratorPolicy:
-    """The default: generate with the arm's checkpoint (tokenizer from the checkpoint, else from curator.model), on
-    the device the sweep placed the arm on (``arm.device``, else ``device``), at the sweep's one evaluation dtype
-    (``spec.sweep.curator_dtype``, resolved by the sweep; float32 when unset)."""
+def policy_settings(arm: ArmPlan, spec: Any, cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """What a checkpoint's curator is built with, in process or served: the checkpoint, the tokenizer's fallback
+    source, the system prompt and tool, the spec's sampling and lengths, the stream's curator seed."""
     assert arm.checkpoint_path is not None
     try:  # the tokenizer's fallback source when a checkpoint was saved without one
         tok_dir = resolve_model(spec.curator.model, cache_dir)
     except TwinrunError:
         tok_dir = None
-    return HFCuratorPolicy(
-        arm.checkpoint_path, system_prompt=spec.read_prompt("curator_system").strip(), tools=[CURATE_TOOL],
+    return dict(
+        model_dir=arm.checkpoint_path, system_prompt=spec.read_prompt("curator_system").strip(), tools=[CURATE_TOOL],
         temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
         max_new_tokens=spec.curator.max_response_tokens, seed=curator_seed(spec.seed, arm.replicate),
-        tokenizer_dir=tok_dir, device=arm.device or device, max_prompt_tokens=spec.curator.max_prompt_tokens,
-        dtype=spec.sweep.curator_dtype or "float32",
-    )
+        tokenizer_dir=tok_dir, max_prompt_tokens=spec.curator.max_prompt_tokens,
+        dtype=spec.sweep.curator_dtype or "float32")
+
+
+def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,
+                      device: str = "cpu") -> CuratorPolicy:
+    """The default: generate with the arm's checkpoint (tokenizer from the checkpoint, else from curator.model), on
+    the device the sweep placed the arm on (``arm.device``, else ``device``), at the sweep's one evaluation dtype
+    (``spec.sweep.curator_dtype``, resolved by the sweep; float32 when unset)."""
+    return HFCuratorPolicy(**policy_settings(arm, spec, cache_dir), device=arm.device or device)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.records.parent_death import dying_with_parent
+from twinrun.core.records.parent_death import STOP_GRACE_S, dying_with_parent, stop_group  # noqa: F401
 
 POLL_S = 2.0  # how often the parent reads the child's step log (live progress)
 
@@ -40,29 +40,6 @@ def run_child(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
         except BaseException:
             stop_group(proc)
             raise
-
-
-STOP_GRACE_S = 10.0  # how long verl's trainer and Ray get to stop after SIGTERM before SIGKILL
-
-
-def stop_group(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
-    """Stop a child started in its own session and every process of its group: SIGTERM, then SIGKILL."""
-    import signal
-
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # a group member that outlived the leader
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 @contextmanager

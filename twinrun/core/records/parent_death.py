@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -53,3 +55,24 @@ def dying_with_parent(cmd: Sequence[str]) -> list[str]:
     """``cmd`` as a command line that is SIGKILLed when this process dies (run it with ``subprocess``): the child
     arms the signal, checks its parent is still this process, then execs ``cmd``."""
     return [sys.executable, "-c", _ARM_AND_EXEC, str(os.getpid()), *cmd]
+
+
+STOP_GRACE_S = 10.0  # how long a child's group (verl's trainer and Ray, a curator server) gets after SIGTERM
+
+
+def stop_group(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a child started in its own session and every process of its group: SIGTERM, then SIGKILL."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # a group member that outlived the leader
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -38,6 +38,26 @@ class SweepSpec(_Strict):
         1, ge=1, le=8,
         description="checkpoint curators loaded on one GPU at a time (`sweep --gpus`); 1: each its own GPU. Above 1 "
         "only when the models fit twice over (e.g. a small curator on an 80 GB GPU)")
+    curator_server: Literal["vllm", "endpoints"] | None = Field(
+        None,
+        description="null: each checkpoint's curator generates in the sweep's process (transformers). vllm: twinrun "
+        "launches one OpenAI-compatible server per checkpoint (curator_server_command, one GPU each, stopped when "
+        "its arm ends) and sends it the prompt token ids it renders, parsing the turn itself; endpoints: the "
+        "user's own servers, curator_endpoints. A server that dies leaves its games unmeasured; a rerun resumes")
+    curator_endpoints: list[str] = Field(
+        default_factory=list,
+        description="with curator_server: endpoints: one base URL (http://HOST:PORT/v1) per checkpoint, in the "
+        "order `twinrun sweep` lists them (the RUN_DIRs in order, each run's steps ascending), each serving that "
+        "checkpoint's weights")
+    curator_server_command: list[str] | None = Field(
+        None,
+        description="with curator_server: vllm: the launch command, one argument per item, with {model} {port} "
+        "{dtype} {seed} {max_model_len} filled in (null: `vllm serve {model} --port {port} --dtype {dtype} "
+        "--seed {seed} ...`, twinrun.core.sweeps.served.VLLM_COMMAND)")
+    curator_server_timeout_s: float = Field(
+        900.0, gt=0,
+        description="with curator_server: how long a launched server may take to answer /health (model load), and "
+        "the probe of a user endpoint")
     until_decided: bool = Field(
         False, description="play streams in batches (looks) up to max_streams and stop when compare's pair verdicts "
         "are decided under a group-sequential rule that spends each claim's alpha over the looks (docs/streams.md); "
@@ -51,4 +71,14 @@ class SweepSpec(_Strict):
         if self.until_decided and self.streams_per_look > self.max_streams:
             raise ValueError(f"sweep.streams_per_look: {self.streams_per_look} > sweep.max_streams "
                              f"{self.max_streams} (fix: streams_per_look <= max_streams)")
+        return self
+
+    @model_validator(mode="after")
+    def _served(self) -> "SweepSpec":
+        if self.curator_endpoints and self.curator_server != "endpoints":
+            raise ValueError(f"sweep.curator_endpoints: {len(self.curator_endpoints)} URL(s) given, but "
+                             f"sweep.curator_server is {self.curator_server!r} (fix: sweep.curator_server: endpoints)")
+        if self.curator_server == "endpoints" and not self.curator_endpoints:
+            raise ValueError("sweep.curator_server: endpoints, but sweep.curator_endpoints is empty (fix: one base URL "
+                             "per checkpoint, e.g. [http://node1:8000/v1, http://node2:8000/v1])")
         return self

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from twinrun.core.errors import InfrastructureError
+from twinrun.core.errors import EndpointUnavailable, InfrastructureError
 from twinrun.core.records import (
     EpisodeRecord,
     JsonlWriter,
@@ -105,6 +105,7 @@ class ArmOutcome:
     successes: int
     wall_s: float
     attempts: int = 1  # Ray attempts at the arm (more than 1: its node or worker was lost and it resumed elsewhere)
+    stopped: str | None = None  # why the arm stopped before its last game (its curator server is gone): resumable
 
 
 def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str, str] | None = None,
@@ -185,6 +186,7 @@ class ArmStream:
         self.curator_seed = next((sp.curator_seed for sp in plan.stream_plans if sp.stream == arm.replicate),
                                  curator_seed(plan.seed, arm.replicate))
         self.t0 = time.perf_counter()
+        self.stopped: str | None = None  # the curator's server went away: the rest of the arm is unmeasured
         # per game in progress: the session, the repo's size before it, the curator input
         self._game: tuple[Any, int, int, str] | None = None
 
@@ -268,16 +270,27 @@ class ArmStream:
         self._game = None
         return row
 
+    def stop(self, k: int, why: str) -> None:
+        """The curator's server is gone at game k (0-based position): game k's row is not written (its curator
+        turn never came), and neither are the games after it; a rerun resumes the stream at game k."""
+        self._game = None
+        self.stopped = f"curator unavailable at game {k + 1} of {self.n}: {why}"
+
     def outcome(self, resumed_from: int) -> ArmOutcome:
-        return ArmOutcome(self.arm.arm, self.n, resumed_from, self.unmeasured, self.successes,
-                          round(time.perf_counter() - self.t0, 3))
+        """The arm's counts; a stopped arm's unplayed games count as unmeasured (an infrastructure failure)."""
+        missing = self.n - len(self.done)
+        return ArmOutcome(self.arm.arm, self.n - missing if self.stopped else self.n, resumed_from,
+                          self.unmeasured + (missing if self.stopped else 0), self.successes,
+                          round(time.perf_counter() - self.t0, 3), stopped=self.stopped)
 
 
 def call_policy(policy: CuratorPolicy, curator_input: str, history: Sequence[Any]) -> tuple[str | None, str | None]:
     """One curator turn, one at a time: (text, None), or (None, error) when generation failed (infrastructure:
-    recorded on the row, no ops applied)."""
+    recorded on the row, no ops applied). A server that is gone (EndpointUnavailable) is raised: the arm stops."""
     try:
         return (policy(curator_input, history) if history else policy(curator_input)), None
+    except EndpointUnavailable:
+        raise
     except InfrastructureError as e:
         return None, str(e)
 
@@ -289,7 +302,8 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
     stream the remaining games.
 
     before_write(arm, game_index) runs before each row is appended and may raise to stop the arm (a Ray attempt
-    whose arm was taken over by a newer attempt: :mod:`twinrun.core.sweeps.ray_tasks`)."""
+    whose arm was taken over by a newer attempt: :mod:`twinrun.core.sweeps.ray_tasks`). A curator whose server is
+    gone (EndpointUnavailable) stops the arm before the game in flight is written (:meth:`ArmStream.stop`)."""
     st = ArmStream(plan, arm_name_, spec, out_dir, runtime)
     resumed = st.next_k
     with JsonlWriter(st.path) as writer:  # truncates a torn last line before appending
@@ -299,7 +313,11 @@ def run_arm(plan: SweepPlan, arm_name_: str, spec: Any, out_dir: str | Path, run
             text, error = None, None
             if st.arm.role == "checkpoint" and policy is not None:
                 curator_input, history, _ = st.request()
-                text, error = call_policy(policy, curator_input, history)
+                try:
+                    text, error = call_policy(policy, curator_input, history)
+                except EndpointUnavailable as e:
+                    st.stop(k, str(e))
+                    break
             st.finish(k, text, error, writer, before_write)
             if on_row is not None:
                 on_row(st.arm.arm, k + 1)

@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.errors import InfrastructureError
+from twinrun.core.errors import EndpointUnavailable, InfrastructureError
 from twinrun.core.records import JsonlWriter
 from twinrun.core.sweeps.arms import (
     ArmOutcome,
@@ -52,6 +52,8 @@ def curator_turns(policy: CuratorPolicy | None, requests: Sequence[tuple[str, li
         return [call_policy(policy, x, h) for x, h, _ in requests]
     try:
         return [(t, None) for t in batch(list(requests))]
+    except EndpointUnavailable:
+        raise  # the curator's server is gone: the caller stops the checkpoint's streams
     except InfrastructureError as e:  # the whole batch failed (out of memory, device): every row says so
         return [(None, str(e))] * len(requests)
 
@@ -59,7 +61,8 @@ def curator_turns(policy: CuratorPolicy | None, requests: Sequence[tuple[str, li
 def run_streams(plan: SweepPlan, arm_names: Sequence[str], spec: Any, out_dir: str | Path, runtime: Any,
                 policy: CuratorPolicy | None, *, on_row: Callable[[str, int], None] | None = None,
                 before_write: Callable[[str, int], None] | None = None) -> dict[str, ArmOutcome]:
-    """Play (or finish) the arms of one checkpoint's streams in lockstep; each resumes from its own rows."""
+    """Play (or finish) the arms of one checkpoint's streams in lockstep; each resumes from its own rows. A curator
+    whose server is gone (EndpointUnavailable) stops every stream before game k is written."""
     streams = [ArmStream(plan, a, spec, out_dir, runtime) for a in arm_names]
     resumed = {st.arm.arm: st.next_k for st in streams}
     n = len(plan.games)
@@ -72,7 +75,12 @@ def run_streams(plan: SweepPlan, arm_names: Sequence[str], spec: Any, out_dir: s
             for st, text in zip(live, runtime.loop.run(_gather([s.astart() for s in sessions]))):
                 st.started(text)
             asks = [st.arm.role == "checkpoint" for st in live]
-            turns = curator_turns(policy, [st.request() for st, ask in zip(live, asks) if ask])
+            try:
+                turns = curator_turns(policy, [st.request() for st, ask in zip(live, asks) if ask])
+            except EndpointUnavailable as e:  # every stream stops before game k is written; a rerun resumes there
+                for st in streams:
+                    st.stop(st.next_k, str(e))
+                break
             it = iter(turns)
             for st, ask in zip(live, asks):
                 text, error = next(it) if ask else (None, None)
@@ -95,12 +103,42 @@ def play_unit(plan: SweepPlan, arms: Sequence[str], spec: Any, out_dir: str | Pa
         return out
     first = plan.arm(todo[0])
     if batch:
-        policy = factory(first, spec) if first.role == "checkpoint" else None
-        out.update(run_streams(plan, todo, spec, out_dir, runtime, policy, on_row=on_row, before_write=before_write))
+        try:
+            policy = factory(first, spec) if first.role == "checkpoint" else None
+        except EndpointUnavailable as e:
+            return {**out, **{a: _unplayed(out_dir, a, n, str(e)) for a in todo}}
+        try:
+            out.update(run_streams(plan, todo, spec, out_dir, runtime, policy, on_row=on_row,
+                                   before_write=before_write))
+        finally:
+            _close(policy)  # a served curator's server stops with its checkpoint's arms (interrupts included)
         return out
     for a in todo:
         arm = plan.arm(a)
-        policy = factory(arm, spec) if arm.role == "checkpoint" else None
-        out[a] = run_arm(plan, a, spec, out_dir, runtime, policy, on_row=on_row, before_write=before_write)
+        try:
+            policy = factory(arm, spec) if arm.role == "checkpoint" else None
+        except EndpointUnavailable as e:
+            out[a] = _unplayed(out_dir, a, n, str(e))
+            continue
+        try:
+            out[a] = run_arm(plan, a, spec, out_dir, runtime, policy, on_row=on_row, before_write=before_write)
+        finally:
+            _close(policy)
         del policy  # one checkpoint in memory at a time
     return out
+
+
+def _unplayed(out_dir: str | Path, arm: str, n: int, why: str) -> ArmOutcome:
+    """An arm whose curator could not be reached at its start (a user endpoint gone since the sweep's probe): its
+    rows so far, the rest unmeasured; a rerun resumes it."""
+    done = _finished(out_dir, arm, n) if rows_done(out_dir, arm) else ArmOutcome(arm, n, 0, 0, 0, 0.0)
+    rows = rows_done(out_dir, arm)
+    return ArmOutcome(arm, rows, rows, done.unmeasured + n - rows, done.successes, 0.0,
+                      stopped=f"curator unavailable at game {rows + 1} of {n}: {why}")
+
+
+def _close(policy: Any) -> None:
+    """Release a curator that holds something outside this process (a served curator: its launched server)."""
+    close = getattr(policy, "close", None)
+    if close is not None:
+        close()
