@@ -11,7 +11,7 @@ from twinrun.core.compare import CompareSettings
 from twinrun.core.compare.load import load_game_table
 from twinrun.core.compare.looks import one_look
 from twinrun.core.compare.sequential import SequentialRule
-from twinrun.core.sweeps.plan import BASELINE, parse_run_dirs
+from twinrun.core.sweeps.plan import BASELINE, SweepError, parse_run_dirs
 from twinrun.core.sweeps.until_decided import look_arms, plan_looks, run_looks
 
 
@@ -26,7 +26,12 @@ def sweep_until_decided(sweep: Callable[..., Any], spec: Any, run_dirs: list[str
     runs = parse_run_dirs(run_dirs)
 
     def play(n: int) -> None:
-        sweep(spec, run_dirs, out, streams=max_streams, arms=look_arms(runs, n), **sweep_kw)
+        result = sweep(spec, run_dirs, out, streams=max_streams, arms=look_arms(runs, n), **sweep_kw)
+        stopped = [a for a, o in getattr(result, "arms", {}).items() if getattr(o, "stopped", None)]
+        if stopped:  # a look is read only when all its games were played
+            raise SweepError(f"--until-decided: look of {n} streams incomplete: {len(stopped)} arm(s) stopped when "
+                             f"their curator server went away ({', '.join(stopped)}) (fix: rerun the same command to "
+                             "resume the look)")
 
     def take(j: int) -> dict[str, Any]:
         look, _ = one_look(load_game_table([out]), BASELINE, settings, rule, j)

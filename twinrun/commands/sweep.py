@@ -91,7 +91,7 @@ def sweep_cmd(
     games: int | None = typer.Option(None, "--games", help="number of held-out games (default: environment.eval_games)"),
     split: str | None = typer.Option(None, "--split", help="held-out split (default: environment.eval_split)"),
     workers: int | None = typer.Option(None, "--workers", help="env worker processes (default: environment.workers)"),
-    curator: str = typer.Option("hf", "--curator", help="'hf': generate with each checkpoint; 'no-ops': a curator "
+    curator: str = typer.Option("hf", "--curator", help="'hf': generate with each checkpoint (in this process, or through its server: sweep.curator_server); 'no-ops': a curator "
                                 "that writes nothing (plumbing check, not a checkpoint's behaviour)"),
     cache: Path | None = CacheOption,
     device: str = typer.Option("cpu", "--device", help="torch device of the curator checkpoints (with --ray: cuda "
@@ -140,7 +140,17 @@ def sweep_cmd(
         raise sw.SweepError(f"--gpus: {gpus!r} with --ray: Ray places each checkpoint on a GPU itself (fix: --device "
                             "cuda with --ray, or --gpus without --ray)")
     sw.check_curator_dtype(out, sw.eval_dtype(spec, gpu=sw.on_gpu(device, gpu_ids)))  # another dtype: the same
-    if curator == "hf":
+    if spec.sweep.curator_server and curator != "hf":
+        raise sw.SweepError(f"--curator: {curator!r} with sweep.curator_server: {spec.sweep.curator_server} (fix: drop "
+                            "--curator, or --set sweep.curator_server=null)")
+    if spec.sweep.curator_server:  # served: the endpoints or the launcher checked before the folder is written
+        from twinrun.core.sweeps.served import CuratorServers
+        from twinrun.models.served_curator import served_policy_factory
+
+        servers = CuratorServers(spec, sw.parse_run_dirs(run_dirs), out, environ=dict(os.environ))
+        servers.check()
+        factory = served_policy_factory(servers, cache_dir=cache_dir(cache))
+    elif curator == "hf":
         def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
             return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
     elif curator == "no-ops":
@@ -183,7 +193,12 @@ def sweep_cmd(
     for name, a in result.arms.items():
         typer.echo(f"  {name}: {a.successes} successes, {a.unmeasured} unmeasured"
                    + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else "")
-                   + (f" ({a.attempts} Ray attempts: a node or worker was lost)" if a.attempts > 1 else ""))
+                   + (f" ({a.attempts} Ray attempts: a node or worker was lost)" if a.attempts > 1 else "")
+                   + (f" ({a.stopped}; rerun the same command to resume)" if a.stopped else ""))
+    stopped = [name for name, a in result.arms.items() if a.stopped]
+    if stopped:
+        typer.echo(f"sweep incomplete: {len(stopped)} arm(s) stopped when their curator server went away "
+                   f"({', '.join(stopped)}); their remaining games are unmeasured: rerun the same command to resume")
     typer.echo(f"next: twinrun compare {out} --baseline {sw.BASELINE}")
 
 

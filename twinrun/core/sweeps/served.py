@@ -317,6 +317,20 @@ class CuratorServers:
     def log_path(self, key: str) -> Path:
         return self.out_dir / SERVERS_DIR / f"{key}.log"
 
+    def server_for(self, arm: Any) -> CuratorServer:
+        """The server twinrun launches for ``arm``'s checkpoint (not started): the command with the checkpoint, a
+        free port, the sweep's dtype, the spec's seed and max_model_len (curator.max_prompt_tokens +
+        max_response_tokens) filled in, on the GPUs the sweep's placement gave the arm, logging to servers/."""
+        key = f"{arm.run}@{arm.checkpoint_step}"
+        spec = self.spec
+        c = spec.curator
+        max_len = c.max_prompt_tokens + c.max_response_tokens if c.max_prompt_tokens else None
+        port = free_port()
+        argv = launch_argv(self.template, model=str(arm.checkpoint_path), port=port,
+                           dtype=spec.sweep.curator_dtype or "float32", seed=spec.seed, max_model_len=max_len)
+        return CuratorServer(key, argv, launch_env(arm.gpus, self.environ), self.log_path(key), port,
+                             spec.sweep.curator_server_timeout_s)
+
     def open(self, arm: Any) -> CompletionsClient:
         """The client of ``arm``'s checkpoint: its launched server, healthy (vllm), or its user endpoint."""
         key = f"{arm.run}@{arm.checkpoint_step}"
@@ -329,14 +343,7 @@ class CuratorServers:
             if model is None:
                 raise EndpointUnavailable(f"curator endpoint {url} ({key}) unavailable: {why}")
             return CompletionsClient(url, model)
-        spec = self.spec
-        c = spec.curator
-        max_len = c.max_prompt_tokens + c.max_response_tokens if c.max_prompt_tokens else None
-        port = free_port()
-        argv = launch_argv(self.template, model=str(arm.checkpoint_path), port=port,
-                           dtype=spec.sweep.curator_dtype or "float32", seed=spec.seed, max_model_len=max_len)
-        server = CuratorServer(key, argv, launch_env(arm.gpus, self.environ), self.log_path(key), port,
-                               spec.sweep.curator_server_timeout_s).start()
+        server = self.server_for(arm).start()
         try:
             model = server.wait_healthy()
         except BaseException:
