@@ -6,7 +6,7 @@ prompt token ids (``prompt_ids``: core's per_position messages and history windo
 them), the same per-call seed (``row_seed``), the same end-of-sequence ids, and the same decoding of the returned
 token ids; only the forward passes and the draw happen in the server (:mod:`twinrun.core.sweeps.served`). The turn
 is parsed by the sweep with twinrun's own parser, as every turn is. What can differ from the in-process path is the
-sampler's draw for a seed (DIVERGENCES: the served curator)."""
+sampler's draw for a seed (DIVERGENCES D10)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ with twinrun's own generation loop (:func:`twinrun.models.batched_generation.gen
 request's token ids, seed, temperature, top_p, top_k (-1 or 0: all tokens), max_tokens and stop_token_ids: the
 loop the in-process curator runs, so on one machine the two draw the same tokens for the same seed (one request at a
 time; ``--threads`` pins torch's CPU threads to the caller's). vLLM samples with its own kernels: there the tokens
-for a seed differ, the distribution does not (DIVERGENCES: the served curator). Its startup prints the port, dtype,
+for a seed differ, the distribution does not (DIVERGENCES D10). Its startup prints the port, dtype,
 seed and ``CUDA_VISIBLE_DEVICES`` it was given (the log a sweep keeps in ``<out>/servers/``).
 """
 

@@ -10,7 +10,7 @@ Why the served rows must equal the in-process rows on any CPU: both sides render
 same per-call seed and sample with the same code (``generate_rows``, one sequence at a time: the in-process sweep
 is played with ``sweep.batch_streams: false``, the server answers one request at a time) on the same machine with
 the same torch threads, so whichever token this CPU's kernels make likeliest, both draw it. vLLM samples with its own
-kernels: same distribution, other tokens (DIVERGENCES C10).
+kernels: same distribution, other tokens (DIVERGENCES D10).
 """
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ class SweepSpec(_Strict):
         "--seed {seed} ...`, twinrun.core.sweeps.served.VLLM_COMMAND)")
     curator_server_timeout_s: float = Field(
         900.0, gt=0,
-        description="with curator_server: how long a launched server may take to answer /health (model load), and "
-        "the probe of a user endpoint")
+        description="with curator_server: vllm: how long a launched server may take to answer /health (its model "
+        "load); one that does not is stopped and the sweep says so, naming its log")
     until_decided: bool = Field(
         False, description="play streams in batches (looks) up to max_streams and stop when compare's pair verdicts "
         "are decided under a group-sequential rule that spends each claim's alpha over the looks (docs/streams.md); "
