@@ -91,8 +91,9 @@ def sweep_cmd(
     games: int | None = typer.Option(None, "--games", help="number of held-out games (default: environment.eval_games)"),
     split: str | None = typer.Option(None, "--split", help="held-out split (default: environment.eval_split)"),
     workers: int | None = typer.Option(None, "--workers", help="env worker processes (default: environment.workers)"),
-    curator: str = typer.Option("hf", "--curator", help="'hf': generate with each checkpoint (in this process, or through its server: sweep.curator_server); 'no-ops': a curator "
-                                "that writes nothing (plumbing check, not a checkpoint's behaviour)"),
+    curator: str = typer.Option("hf", "--curator", help="'hf': generate with each checkpoint (in this process, or "
+                                "on its server: sweep.curator_server); 'no-ops': a curator that writes nothing "
+                                "(plumbing check, not a checkpoint's behaviour)"),
     cache: Path | None = CacheOption,
     device: str = typer.Option("cpu", "--device", help="torch device of the curator checkpoints (with --ray: cuda "
                                "asks Ray for one GPU per checkpoint)"),
@@ -140,6 +141,7 @@ def sweep_cmd(
         raise sw.SweepError(f"--gpus: {gpus!r} with --ray: Ray places each checkpoint on a GPU itself (fix: --device "
                             "cuda with --ray, or --gpus without --ray)")
     sw.check_curator_dtype(out, sw.eval_dtype(spec, gpu=sw.on_gpu(device, gpu_ids)))  # another dtype: the same
+    sw.check_curator_server(out, spec.sweep.curator_server)  # in process vs served: the same
     if spec.sweep.curator_server and curator != "hf":
         raise sw.SweepError(f"--curator: {curator!r} with sweep.curator_server: {spec.sweep.curator_server} (fix: drop "
                             "--curator, or --set sweep.curator_server=null)")

@@ -147,9 +147,10 @@ def test_a_server_killed_mid_arm_leaves_unmeasured_games_and_a_rerun_completes_t
     monkeypatch.setenv("PYTHONPATH", str(repo_root))
     out = tmp_path / "sweep"
     log = out / "servers" / "trl@1.log"
-    argv = ["sweep", f"trl={run_dir}", "--spec", str(smoke_spec_path), "--out", str(out), "--games", str(GAMES),
+    base = ["sweep", f"trl={run_dir}", "--spec", str(smoke_spec_path), "--out", str(out), "--games", str(GAMES),
             "--workers", "0", "--no-progress", "--cache", str(cache_dir), "--gpus", "0",
-            *[x for s in FAST for x in ("--set", s)], "--set", "sweep.curator_server=vllm",
+            *[x for s in FAST for x in ("--set", s)]]
+    argv = [*base, "--set", "sweep.curator_server=vllm",
             "--set", f"sweep.curator_server_command={json.dumps(stand_in())}"]
     killed: list[int] = []
 
@@ -181,6 +182,12 @@ def test_a_server_killed_mid_arm_leaves_unmeasured_games_and_a_rerun_completes_t
         assert 1 <= len(half[arm]) < GAMES and half[arm] == inprocess[arm][:len(half[arm])], arm
     assert half["baseline"] == inprocess["baseline"]
 
+    before = {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()}
+    res = CliRunner().invoke(app, base)  # in process: another sampler than the served half (DIVERGENCES D10)
+    assert str(res.exception) == (f"sweep.curator_server: None, but {str(out)!r} holds sweep {sw.load_plan(out).sweep_id} "
+                                  "whose curators were served (vllm) (sweep.json) (fix: --set sweep.curator_server=vllm "
+                                  "to resume it, or a new --out folder)")
+    assert {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()} == before
     res = CliRunner().invoke(app, argv)  # the same command: resumes the arm with a fresh server
     assert res.exit_code == 0, res.output
     assert "sweep incomplete" not in res.output and "resumed after" in res.output

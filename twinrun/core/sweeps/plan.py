@@ -100,6 +100,9 @@ class SweepPlan:
     # the one dtype every checkpoint is evaluated at (sweep.curator_dtype, resolved); None: a manifest written
     # before it was stated (each checkpoint at its config's dtype)
     curator_dtype: str | None = None
+    # how the checkpoints' curators generate (sweep.curator_server): None in the sweep's process (transformers),
+    # "vllm" or "endpoints" on servers (another sampler: DIVERGENCES D10); a folder resumes only the same way
+    curator_server: str | None = None
     # sweep --until-decided (issue 41): the looks planned, each look taken (streams, levels, verdicts) and why it
     # stopped; None for a fixed sweep. Written by twinrun.core.sweeps.until_decided
     sequential: dict[str, Any] | None = None
@@ -257,6 +260,21 @@ def check_curator_dtype(out_dir: str | Path, dtype: str) -> None:
     )
 
 
+def check_curator_server(out_dir: str | Path, mode: str | None) -> None:
+    """Refuse (one line, before anything is written) a sweep folder whose curators generated the other way (in
+    this process vs on servers): its checkpoints would be sampled by two samplers (DIVERGENCES D10). Launched
+    servers and the user's endpoints are both served: either resumes the other."""
+    existing = load_plan(out_dir)
+    if existing is None or bool(existing.curator_server) == bool(mode):
+        return
+    was = f"served ({existing.curator_server})" if existing.curator_server else "generated in process"
+    fix = f"--set sweep.curator_server={existing.curator_server}" if existing.curator_server else \
+        "--set sweep.curator_server=null"
+    raise SweepError(f"sweep.curator_server: {mode}, but {str(Path(out_dir))!r} holds sweep {existing.sweep_id} whose "
+                     f"curators {'were ' if existing.curator_server else ''}{was} (sweep.json) (fix: {fix} to resume "
+                     "it, or a new --out folder)")
+
+
 def discover_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     """``checkpoints/step-NNNNNN`` folders holding an HF model (config.json), by step. Hidden ``.step-*`` temp
     folders (a checkpoint being written) are not checkpoints."""
@@ -380,16 +398,18 @@ def arm_name(run: str, step: int, replicate: int = 0) -> str:
 
 def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
                split: str, executor_settings_hash: str | None, streams: int = 1,
-               curator_dtype: str | None = None) -> SweepPlan:
+               curator_dtype: str | None = None, curator_server: str | None = None) -> SweepPlan:
     """Create the manifest, or extend an existing one with new arms (same spec, games, number of streams and
     evaluation dtype, else refused before anything is written).
 
     streams: replicate streams per arm; every checkpoint arm and the baseline gets replicates 0..streams-1;
-    curator_dtype: the one dtype every checkpoint is loaded at (:func:`eval_dtype`)."""
+    curator_dtype: the one dtype every checkpoint is loaded at (:func:`eval_dtype`); curator_server: how the
+    curators generate (sweep.curator_server; None: in process)."""
     out = Path(out_dir)
     existing = check_streams(out, streams)
     if curator_dtype is not None:
         check_curator_dtype(out, curator_dtype)
+    check_curator_server(out, curator_server)
     game_dicts = [g.to_dict() for g in games]
     ids = [g["game_id"] for g in game_dicts]
     if existing is not None:
@@ -413,7 +433,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             executor=executor_name(spec),
             twinrun_version=twinrun_version(),
             streams=streams, stream_plans=[stream_plan(spec.seed, ids, r) for r in range(streams)],
-            curator_dtype=curator_dtype,
+            curator_dtype=curator_dtype, curator_server=curator_server,
         )
     have = {a.arm: a for a in plan.arms}
 

@@ -62,6 +62,7 @@ from twinrun.core.sweeps.plan import (  # noqa: F401  (re-exported: the plan's n
     checkpoint_fingerprint,
     StreamPlan,
     check_curator_dtype,
+    check_curator_server,
     check_streams,
     checkpoint_hash,
     curator_seed,
@@ -151,6 +152,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
         device = "cuda"
     dtype = eval_dtype(spec, gpu=on_gpu(device, gpus))
     check_curator_dtype(out_dir, dtype)
+    check_curator_server(out_dir, spec.sweep.curator_server)
     # the factories (here, in Ray workers) load every checkpoint at this one dtype (section not in the spec hash)
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"curator_dtype": dtype})})
     runs = parse_run_dirs(list(run_dirs)) if not isinstance(run_dirs, Mapping) else {
@@ -172,7 +174,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
         prompts = ExecutorPrompts.from_files(spec.prompt_path("executor_system"), spec.prompt_path("executor_input"))
         ex_hash = executor_settings_hash(spec.executor, prompts)
     plan = plan_sweep(spec, runs, out_dir, games=games, split=split, executor_settings_hash=ex_hash,
-                      streams=n_streams, curator_dtype=dtype)
+                      streams=n_streams, curator_dtype=dtype, curator_server=spec.sweep.curator_server)
     unknown = sorted(set(arms or ()) - {a.arm for a in plan.arms})
     if unknown:
         raise SweepError(f"arms: {unknown[0]!r} is not an arm of this sweep (fix: one of {[a.arm for a in plan.arms]})")
