@@ -149,7 +149,7 @@ def sweep_cmd(
         from twinrun.core.sweeps.served import CuratorServers
         from twinrun.models.served_curator import served_policy_factory
 
-        servers = CuratorServers(spec, sw.parse_run_dirs(run_dirs), out, environ=dict(os.environ))
+        servers = CuratorServers(spec, sw.parse_run_dirs(run_dirs), out)  # servers inherit the environment
         servers.check()
         factory = served_policy_factory(servers, cache_dir=cache_dir(cache))
     elif curator == "hf":

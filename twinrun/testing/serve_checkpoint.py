@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    print(f"serve_checkpoint: pid {os.getpid()} model {args.model} port {args.port} dtype {args.dtype} seed {args.seed} "
+    print(f"serve_checkpoint: pid {os.getpid()} model {args.model} port {args.port} dtype {args.dtype} "
+          f"seed {args.seed} "
           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!s} threads {torch.get_num_threads()}",
           flush=True)
     tok = AutoTokenizer.from_pretrained(args.model)

@@ -184,9 +184,10 @@ def test_a_server_killed_mid_arm_leaves_unmeasured_games_and_a_rerun_completes_t
 
     before = {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()}
     res = CliRunner().invoke(app, base)  # in process: another sampler than the served half (DIVERGENCES D10)
-    assert str(res.exception) == (f"sweep.curator_server: None, but {str(out)!r} holds sweep {sw.load_plan(out).sweep_id} "
-                                  "whose curators were served (vllm) (sweep.json) (fix: --set sweep.curator_server=vllm "
-                                  "to resume it, or a new --out folder)")
+    sweep_id = sw.load_plan(out).sweep_id
+    assert str(res.exception) == (f"sweep.curator_server: None, but {str(out)!r} holds sweep {sweep_id} whose "
+                                  "curators were served (vllm) (sweep.json) (fix: --set sweep.curator_server=vllm to "
+                                  "resume it, or a new --out folder)")
     assert {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()} == before
     res = CliRunner().invoke(app, argv)  # the same command: resumes the arm with a fresh server
     assert res.exit_code == 0, res.output
@@ -251,6 +252,11 @@ def test_user_endpoints_one_per_checkpoint_are_probed_before_the_first_write(
         assert isinstance(res.exception, sw.SweepError) and not out.exists(), res.output  # the CLI's exit 2
         assert str(res.exception) == ("sweep.curator_endpoints: 1 URL(s) for 2 checkpoints (trl@1, trl@2) (fix: one "
                                       "base URL per checkpoint, in that order)")
+        # the dtype the user's servers load at: twinrun cannot set or read it, so it must be stated
+        res = CliRunner().invoke(app, [*base, "--set", f"sweep.curator_endpoints={json.dumps(urls)}"])
+        assert isinstance(res.exception, sw.SweepError) and not out.exists(), res.output
+        assert str(res.exception).startswith("sweep.curator_server: endpoints, but sweep.curator_dtype is not stated")
+        base += ["--set", "sweep.curator_dtype=float32"]
         deadline = time.monotonic() + 120
         while not all(_up(u) for u in urls):
             assert time.monotonic() < deadline, "stand-in servers did not start"
@@ -262,7 +268,7 @@ def test_user_endpoints_one_per_checkpoint_are_probed_before_the_first_write(
                                              "/models (ConnectError")
         assert str(res.exception).endswith("(fix: start its server, or correct the URL)")
         spec = load_spec(smoke_spec_path, ["sweep.streams=1", "executor.max_turns=2", "sweep.curator_server=endpoints",
-                                           f"sweep.curator_endpoints={json.dumps(urls)}"])
+                                           "sweep.curator_dtype=float32", f"sweep.curator_endpoints={json.dumps(urls)}"])
         factory = served_policy_factory(CuratorServers(spec, {"trl": run}, out))
         sw.sweep(spec, {"trl": run}, out, data_root=alfworld_data, n_games=2, workers=0, progress=False,
                  policy_factory=factory)
@@ -321,6 +327,13 @@ def test_the_vllm_launch_command_is_the_checkpoint_on_its_gpu_at_the_sweep_dtype
             servers.check()
     with pytest.raises(sw.SweepError, match=r"^sweep.curator_server_command: .* must name \{model\} and \{port\}"):
         CuratorServers(served(spec, curator_server_command=["serve", "{model}"]), {"trl": run}, out)
+    with pytest.raises(sw.SweepError, match=r"^sweep.curator_server_command: 'no-such-server' is not an executable"):
+        CuratorServers(served(spec, curator_server_command=["no-such-server", "{model}", "{port}"]), {"trl": run},
+                       out).check()
+    # a launched vLLM server runs on a GPU: unstated, the dtype is the spec's compute dtype even with --device cpu
+    bf16 = load_spec(smoke_spec_path, ["curator.precision=bf16", "sweep.curator_server=vllm"])
+    assert sw.eval_dtype(bf16, gpu=False) == "bfloat16"
+    assert sw.eval_dtype(served(bf16, curator_server=None), gpu=False) == "float32"
     with pytest.raises(sw.SweepError, match=r"has an unknown placeholder"):
         CuratorServers(served(spec, curator_server_command=["s", "{model}", "{port}", "{gpu}"]), {"trl": run}, out)
 

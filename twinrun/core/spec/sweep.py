@@ -48,7 +48,7 @@ class SweepSpec(_Strict):
         default_factory=list,
         description="with curator_server: endpoints: one base URL (http://HOST:PORT/v1) per checkpoint, in the "
         "order `twinrun sweep` lists them (the RUN_DIRs in order, each run's steps ascending), each serving that "
-        "checkpoint's weights")
+        "checkpoint's weights at the stated sweep.curator_dtype")
     curator_server_command: list[str] | None = Field(
         None,
         description="with curator_server: vllm: the launch command, one argument per item, with {model} {port} "

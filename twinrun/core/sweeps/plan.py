@@ -239,11 +239,12 @@ def on_gpu(device: str | None, gpus: Sequence[int] | None = None) -> bool:
 
 def eval_dtype(spec: Any, *, gpu: bool) -> str:
     """The dtype every checkpoint of the sweep is loaded at: ``sweep.curator_dtype`` when stated, else the spec's
-    compute dtype (curator.precision) on a GPU and float32 on CPU (bf16 matmuls on CPU are slow, and without
+    compute dtype (curator.precision) on a GPU (and on launched vLLM servers) and float32 on CPU (bf16 matmuls on CPU are slow, and without
     AVX-512 do not run at all: checkpoint_dtype.py)."""
     stated = spec.sweep.curator_dtype
     if stated:
         return str(stated)
+    gpu = gpu or spec.sweep.curator_server == "vllm"  # a launched vLLM server runs on a GPU, whatever --device says
     return PRECISION_DTYPE[spec.curator.precision] if gpu else "float32"
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -243,7 +244,8 @@ class CompletionsClient:
 
         def attempt() -> tuple[list[int] | None, str]:
             if self.server is not None and not self.server.alive():
-                raise Fatal(f"the server process exited (code {self.server.proc.returncode if self.server.proc else None})")
+                code = self.server.proc.returncode if self.server.proc else None
+                raise Fatal(f"the server process exited (code {code})")
             status, text = post_json(self._client, f"{self.base_url}/completions", body, timeout_s=self.timeout_s)
             if status != 200:
                 raise (Retry if retryable_status(status) else Fatal)(f"HTTP {status}: {text[:200]}")
@@ -293,12 +295,20 @@ class CuratorServers:
                 raise SweepError(f"sweep.curator_endpoints: {len(urls)} URL(s) for {len(self.keys)} checkpoints "
                                  f"({', '.join(self.keys)}) (fix: one base URL per checkpoint, in that order)")
             self.urls = dict(zip(self.keys, urls))
+            if not spec.sweep.curator_dtype:  # twinrun cannot set (nor read) the dtype a user's server loads at
+                raise SweepError("sweep.curator_server: endpoints, but sweep.curator_dtype is not stated (fix: --set "
+                                 "sweep.curator_dtype=bfloat16, the dtype your servers load the checkpoints at, e.g. "
+                                 "vllm serve CHECKPOINT --dtype bfloat16)")
         check_template(self.template)
 
     def check(self, timeout_s: float | None = None) -> None:
-        """Before the first write: the launcher exists (vllm mode, default command: ``vllm`` importable), or every
-        user endpoint answers ``/v1/models``."""
+        """Before the first write: the launcher exists (vllm mode: the command's executable; the default command:
+        ``vllm`` importable), or every user endpoint answers ``/v1/models``."""
         if self.mode == "vllm":
+            exe = self.template[0] if self.template else None
+            if exe and shutil.which(exe) is None:
+                raise SweepError(f"sweep.curator_server_command: {exe!r} is not an executable here (fix: its full "
+                                 "path, or install it)")
             if self.template is None:
                 import importlib.util
 
