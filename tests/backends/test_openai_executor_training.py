@@ -34,7 +34,8 @@ from twinrun.core.errors import InfrastructureError
 from twinrun.core.records import RunPaths, StepMetrics, read_jsonl
 from twinrun.core.spec import load_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.alfworld, pytest.mark.sampling]
+# long: ~11 minutes of the slow tier under load (a warm start and two trainings per backend); make test-all runs it
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.alfworld, pytest.mark.sampling]
 
 BASE = ["curator.context=per_position", "curator.history=0", "steps=2", "checkpoint_every=1",
         "executor.kind=openai", "executor.skill_effect=0", "executor.self_judge_error=0",

@@ -52,6 +52,7 @@ def recorded(smoke, cache_dir, alfworld_data):
     return record_rollouts(smoke, cache_dir, cache_dir / "parity-recordings", log=print)
 
 
+@pytest.mark.long  # the accumulated recording: several minutes; make test-all (CI keeps the per_position/GiGPO group)
 def test_trl_run_records_the_tokens_it_trained_on(recorded, smoke):
     rows = [r for r in read_jsonl(recorded) if r["kind"] == "curation_rollout"]
     assert len(rows) == smoke.steps * smoke.batch.trajectories
@@ -69,6 +70,7 @@ def report(recorded, smoke, cache_dir, tmp_path_factory):
     return run_parity(smoke, recorded, tmp_path_factory.mktemp("parity"), cache_dir=cache_dir, log=print)
 
 
+@pytest.mark.long  # the accumulated recording: several minutes; make test-all (CI keeps the per_position/GiGPO group)
 def test_smoke_spec_gradients_agree_to_the_padding_floor(report):
     from twinrun.app.parity.run import DEFAULT_TOL
 
@@ -85,6 +87,7 @@ def test_smoke_spec_gradients_agree_to_the_padding_floor(report):
         assert diff["total"]["norm_trl"] > 0 and diff["total"]["rel_diff"] < 10 * DEFAULT_TOL, (u, diff["total"])
 
 
+@pytest.mark.long  # the accumulated recording: several minutes; make test-all (CI keeps the per_position/GiGPO group)
 def test_smoke_spec_updates_agree_in_fp32(report):
     assert report["max_weight_rel_diff"] < WEIGHT_TOL
     for k, diff in report["steps"].items():
@@ -186,6 +189,7 @@ def test_gigpo_gradients_agree_with_core_advantages_in_both_trainers(recorded_pp
     assert report["rel_diff"] <= 2 * DEFAULT_TOL, report["grads"]["1"]["total"]
 
 
+@pytest.mark.long  # the accumulated recording: several minutes; make test-all (CI keeps the per_position/GiGPO group)
 def test_knobs_plan_calls_equal_reach_the_tolerance(recorded, smoke_spec_path, cache_dir, tmp_path_factory):
     """Every knob of the parity table that `plan` calls equal (besides the spec as is, above) meets the default tol,
     one training step each (update 1's gradient; epochs 2: both of step 1's updates), on the accumulated recording

@@ -220,6 +220,7 @@ def test_pool_workers_cache_and_raw_is_one_option(alfworld_data):
         assert bool(assets.get("translations")) is expect
 
 
+@pytest.mark.long  # every one of the 474 games through the real engine: make test-all
 @pytest.mark.slow
 def test_all_474_games_match_the_recorded_raw_traces(alfworld_data, capsys):
     """Section 2 of issue #16: every test game, expert plan and seeded random episode, cached engine vs raw."""
