@@ -51,8 +51,8 @@ def compare_cmd(
     looks: str | None = typer.Option(None, "--looks", help="N1,N2,...: replay the group-sequential rule of sweep "
                                      "--until-decided on the sweep's first N1, N2, ... streams and say at which look "
                                      "it would have stopped, with what verdict (docs/streams.md)"),
-    spending: str = typer.Option("obf", "--spending", help="with --looks: alpha spending, obf (O'Brien-Fleming "
-                                 "type) or pocock"),
+    spending: str = typer.Option("hsd", "--spending", help="with --looks: alpha spending, hsd (Hwang-Shih-DeCani, "
+                                 "gamma -2), hsd:GAMMA, obf (O'Brien-Fleming type) or pocock"),
     futility_p: float = typer.Option(0.5, "--futility-p", help="with --looks: stop for futility when every undecided "
                                      "pair's interaction p is above this and r below rho0 (1: never)"),
     track: bool = typer.Option(True, "--track/--no-track", help="upload the verdict table and (with --out) the "
@@ -69,8 +69,14 @@ def compare_cmd(
                                stream_icc=stream_icc, stream_design=stream_design, max_streams=max_streams)
     if looks is not None:
         from twinrun.core.compare.looks import format_replay, replay_inputs
+        from twinrun.core.compare.looks_report import check_out_dir, write_looks
 
+        if out is not None:
+            check_out_dir(out)  # before the replay's minutes and its first write
         res = replay_inputs(inputs, baseline, settings, parse_looks(looks), kind=spending, futility_p=futility_p)
+        if out is not None:
+            path = write_looks(res, out, where=", ".join(str(p) for p in inputs))
+            typer.echo(f"wrote {path} and {path.parent / 'looks.json'}", err=as_json)
         if as_json:
             print_json({"sequential": res})
         else:
@@ -85,7 +91,10 @@ def compare_cmd(
         # training dynamics: the runs the sweeps evaluated (their metrics.jsonl), plus any named with --metrics
         runs_metrics = {k: str(v) for k, v in metrics_for_sweeps(inputs).items()}
         runs_metrics.update(dict(_pairs(metrics, "--metrics", "LABEL=PATH", "trl=runs/trl/metrics.jsonl")))
-        report_path = write_report(result, out, metrics=runs_metrics, notes=sweep_notes(inputs))
+        from twinrun.core.compare.looks_report import sequential_records
+
+        report_path = write_report(result, out, metrics=runs_metrics, notes=sweep_notes(inputs),
+                                   sequential=sequential_records(inputs))
     if track:
         from twinrun.core.compare.track_results import log_comparison, tracked_sweep
 

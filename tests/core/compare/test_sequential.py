@@ -19,20 +19,49 @@ from twinrun.core.compare.synthetic import planted_table, write_sweep
 CROSSED = dict(crossed=True, block_sd=0.7, stream_sd=0.1)
 
 
-def test_spend_is_lan_demets_obf() -> None:
-    a = sq.spend([0.25, 0.5, 1.0], 0.05)
+def test_spend_is_lan_demets_obf_hsd_pocock() -> None:
+    a = sq.spend([0.25, 0.5, 1.0], 0.05, kind="obf")
     assert a[0] == pytest.approx(2 * stats.norm.sf(1.959964 / 0.5), rel=1e-5)  # 8.86e-5
     assert a[1] == pytest.approx(2 * stats.norm.sf(1.959964 / np.sqrt(0.5)), rel=1e-5)
     assert a[2] == pytest.approx(0.05)
     assert sq.spend([1.0], 0.05, kind="pocock")[0] == pytest.approx(0.05)
+    # the default: Hwang-Shih-DeCani, gamma -2: alpha (1 - e^(2t)) / (1 - e^2)
+    h = sq.spend([0.25, 0.5, 1.0], 0.05)
+    assert h.tolist() == pytest.approx([0.05 * (1 - np.exp(2 * t)) / (1 - np.exp(2)) for t in (0.25, 0.5, 1.0)])
+    assert h[1] == pytest.approx(0.0134471, abs=1e-6) and h[2] == pytest.approx(0.05)
+    assert sq.spend([0.5], 0.05, kind="hsd:0")[0] == pytest.approx(0.025)  # gamma 0: linear
+    assert sq.spend([0.5], 0.05, kind="hsd:-4")[0] < h[1] < sq.spend([0.5], 0.05, kind="hsd:1")[0]
+    for bad in ("hsd:x", "obrien", "obf:2"):
+        with pytest.raises(CompareError, match="fix: one of hsd"):
+            sq.spend([0.5], 0.05, kind=bad)
 
 
 def test_z_levels_match_gsdesign_ldof_boundaries() -> None:
     # gsDesign, sfLDOF, one-sided 0.025, 4 equally spaced looks: upper bounds 4.333, 2.963, 2.359, 2.014 (the
     # first exact: 2 - 2 Phi(2.2414 / 0.5) = 7.4e-6)
-    levels = sq.z_levels((2, 4, 6, 8), 0.025, 1)
+    levels = sq.z_levels((2, 4, 6, 8), 0.025, 1, kind="obf")
     z = stats.norm.isf(np.array(levels))
     assert z == pytest.approx([4.333, 2.963, 2.359, 2.014], abs=0.03)
+
+
+def _exact_boundaries(t: list[float], spent: np.ndarray) -> list[float]:
+    """One-sided boundaries c_j of a z statistic with independent increments (corr sqrt(t_i / t_j)) such that
+    P(Z_1 < c_1, ..., Z_j < c_j) = 1 - spent[j]: the multivariate normal integral, solved look by look."""
+    from scipy.optimize import brentq
+
+    c: list[float] = []
+    for j in range(len(t)):
+        cov = np.array([[np.sqrt(min(a, b) / max(a, b)) for b in t[: j + 1]] for a in t[: j + 1]])
+        mvn = stats.multivariate_normal(np.zeros(j + 1), cov)
+        c.append(brentq(lambda x: mvn.cdf(np.array(c + [x])) - (1 - spent[j]), 0.5, 8.0, xtol=1e-6))
+    return c
+
+
+def test_hsd_z_levels_match_the_exact_boundaries() -> None:
+    looks = (2, 4, 6, 8)
+    t = [n / 8 for n in looks]
+    z = stats.norm.isf(np.array(sq.z_levels(looks, 0.025, 1)))
+    assert z == pytest.approx(_exact_boundaries(t, sq.spend(t, 0.025)), abs=0.03)
 
 
 def _null_interaction_p(looks: tuple[int, ...], k: int, sims: int, seed: int) -> np.ndarray:
@@ -125,7 +154,8 @@ def test_cli_compare_looks_on_a_crossed_sweep(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)["sequential"]
     assert doc["looks_at"] == [2, 4] and len(doc["looks"]) == 2 and doc["stop"] in ("decided", "last look")
-    assert doc["looks"][0]["alpha"] < 0.01 < doc["looks"][1]["alpha"] < 0.05
+    a = sq.SequentialRule((2, 4)).levels(8)["interaction"]
+    assert [lk["alpha"] for lk in doc["looks"]] == pytest.approx(a) and a[0] < a[1] < 0.05
     res = CliRunner().invoke(app, ["compare", str(out), "--baseline", "baseline", "--looks", "2,4"])
     assert res.exit_code == 0 and "look 2: 4 streams" in res.output, res.output
     res = CliRunner().invoke(app, ["compare", str(out), "--baseline", "baseline", "--looks", "2,8"])

@@ -107,7 +107,7 @@ def summary(rule: SequentialRule, looks: Sequence[Look], played: int | None = No
 
 
 def replay_inputs(inputs: Sequence[str | Path], baseline: str, settings: CompareSettings,
-                  looks: Sequence[int], *, kind: str = "obf", futility_p: float = 0.5) -> dict[str, Any]:
+                  looks: Sequence[int], *, kind: str = "hsd", futility_p: float = 0.5) -> dict[str, Any]:
     """`compare --looks`: load one sweep's per-game arms and replay the rule on them."""
     from twinrun.core.compare.load import load_game_table
 
