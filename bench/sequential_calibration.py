@@ -4,14 +4,21 @@ streamed sweeps with known truth.
 Planted: two runs x 8 checkpoints x 140 games, 8 streams per arm played crossed (one plan per stream shared by
 every arm), a block per run's stream shared by its checkpoints (sd 0.7 logit), a cell-specific stream part (sd
 0.1), game difficulty sd 1.5, a baseline without memory. Each draw is seeded (table seed = compare seed = the
-draw's index). The rule looks at 2, 3, 4, 6, 8 streams (Lan-DeMets O'Brien-Fleming-type spending, alpha 0.05 per
-claim, non-binding futility from 4 streams). Per case: the verdict rates at the stop, the mean streams spent (per
-decided sweep and overall), and for the power cases the fixed design of the same power: the fixed test at 0.05 on
-the first R streams (the blocked run x checkpoint interaction F on the cells' stream success rates, p < 0.05:
-compare's test, computed directly) at R = 2..8, its power interpolated linearly in
-R to the sequential rule's, and the ratio of the mean streams spent per decided sweep to that R.
+draw's index). The rule looks at 2, 3, 4, 6, 8 streams (Lan-DeMets spending, Hwang-Shih-DeCani gamma -2 unless
+--spending says otherwise, alpha 0.05 per claim, non-binding futility from 4 streams). Per case: the verdict rates at
+the stop, how many sweeps had an "opposite" r at some look without the interaction crossing (withheld: the
+rule claims differ only through the interaction), the mean streams spent (per decided sweep and overall), and for
+the power cases the fixed design of the same power: the fixed test at 0.05 on the first R streams (the blocked run x
+checkpoint interaction F on the cells' stream success rates, p < 0.05: compare's test, computed directly) at
+R = 2..8, its power interpolated linearly in R to the sequential rule's, and the ratio of the mean streams spent per
+decided sweep to that R.
 
-    nice .venv/bin/python bench/sequential_calibration.py [--draws 200] [--n-boot 1000] [--cases a;b]
+`--interaction-only N` adds, for the two null cases, the rate at which the interaction alone crosses its boundary at
+some look on N planted sweeps (seeds 100000..; the same F as compare's, computed directly: seconds per thousand
+draws), which pins down the claim's error rate far more tightly than the full-compare draws can.
+
+    nice .venv/bin/python bench/sequential_calibration.py [--draws 200] [--null-draws 600] [--n-boot 1000]
+        [--cases a;b] [--spending hsd] [--interaction-only 10000]
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import numpy as np
 
 from twinrun.core.compare import CompareSettings
 from twinrun.core.compare.looks import replay
-from twinrun.core.compare.sequential import CO_MOVE, DIFFER, NO_EVIDENCE, SequentialRule
+from twinrun.core.compare.sequential import CO_MOVE, DIFFER, NO_EVIDENCE, SequentialRule, interaction_levels
 from twinrun.core.compare.synthetic import SHAPE, synthetic_game_table
 
 LOOKS = (2, 3, 4, 6, 8)
@@ -73,10 +80,24 @@ def blocked_interaction_p(t, n: int) -> float:
     return float(stats.f.sf(f, k - 1, df2))
 
 
-def run_case(name: str, draws: int, n_boot: int) -> dict:
+def interaction_only(name: str, draws: int, kind: str, start: int = 100_000) -> dict:
+    """The share of planted sweeps whose interaction crosses its boundary at some look (no futility, no other
+    route): the claim's error rate under the null cases, from many cheap draws."""
+    a, b, _ = CASES[name]
+    levels = np.array(interaction_levels(LOOKS, len(a), 0.05, "crossed", kind))
+    p = np.array([[blocked_interaction_p(synthetic_game_table({"a": a, "b": b}, seed=s, **STRUCTURE), n)
+                   for n in LOOKS] for s in range(start, start + draws)])
+    hit = p < levels
+    return {"draws": draws, "rate": float(hit.any(axis=1).mean()),
+            "cumulative": [float(hit[:, : j + 1].any(axis=1).mean()) for j in range(len(LOOKS))],
+            "levels": levels.tolist()}
+
+
+def run_case(name: str, draws: int, n_boot: int, kind: str = "hsd") -> dict:
     a, b, power_case = CASES[name]
-    rule = SequentialRule(LOOKS)
+    rule = SequentialRule(LOOKS, kind=kind)
     verdicts: dict[str, int] = {}
+    withheld = 0
     spent, spent_decided = [], []
     grid = list(range(2, LOOKS[-1] + 1))
     fixed_hits = np.zeros(len(grid))
@@ -85,12 +106,13 @@ def run_case(name: str, draws: int, n_boot: int) -> dict:
         res = replay(t, "baseline", CompareSettings(n_boot=n_boot, seed=seed), rule, all_looks=False)
         v = res["verdicts"]["a vs b"]
         verdicts[v] = verdicts.get(v, 0) + 1
+        withheld += any(p["reason"] == "opposite-not-spent" for lk in res["looks"] for p in lk["pairs"])
         spent.append(res["stopped_at"])
         if v != NO_EVIDENCE:
             spent_decided.append(res["stopped_at"])
         if power_case:
             fixed_hits += np.array([blocked_interaction_p(t, n) < 0.05 for n in grid])
-    out = {"verdicts": verdicts, "spent": float(np.mean(spent)),
+    out = {"verdicts": verdicts, "withheld": withheld, "spent": float(np.mean(spent)),
            "spent_decided": float(np.mean(spent_decided)) if spent_decided else None}
     if power_case:
         fixed_power = (fixed_hits / draws).tolist()
@@ -104,26 +126,43 @@ def run_case(name: str, draws: int, n_boot: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--draws", type=int, default=200)
+    ap.add_argument("--null-draws", type=int, default=None, help="draws of the flat and same-shape cases "
+                    "(default: --draws)")
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--cases", default="", help="substrings of case names separated by ; (default: all)")
+    ap.add_argument("--spending", default="hsd", help="hsd (gamma -2), hsd:G, obf or pocock")
+    ap.add_argument("--interaction-only", type=int, default=0, help="also N cheap draws of the interaction's "
+                    "crossing rate in the null cases")
     args = ap.parse_args()
     pick = [c for c in CASES if not args.cases or any(s in c for s in args.cases.split(";"))]
-    print(f"load average at start: {os.getloadavg()}; draws {args.draws}; n_boot {args.n_boot}; looks {LOOKS}")
-    print("| case | draws | differ | co-move | agree | no evidence | mean streams spent (all / decided) | fixed "
-          "design power at 2..8 streams | fixed streams of the same power | spent per decided / fixed | s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    t_all = time.time()
+    print(f"load average at start: {os.getloadavg()}; draws {args.draws} (null cases {args.null_draws or args.draws}); "
+          f"n_boot {args.n_boot}; looks {LOOKS}; spending {args.spending}; levels "
+          f"{[round(x, 5) for x in SequentialRule(LOOKS, kind=args.spending).levels(8)['interaction']]}")
+    if args.interaction_only:
+        for name in ("flat truth", "same shape"):
+            t0 = time.time()
+            r = interaction_only(name, args.interaction_only, args.spending)
+            print(f"interaction only, {name}: crosses at some look in {r['rate']:.2%} of {r['draws']} draws "
+                  f"(cumulative by look {[round(x, 4) for x in r['cumulative']]}; {time.time() - t0:.0f} s)", flush=True)
+    print("| case | draws | differ | co-move | agree | no evidence | opposite withheld | mean streams spent (all / "
+          "decided) | fixed design power at 2..8 streams | fixed streams of the same power | spent per decided / "
+          "fixed | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in pick:
         t0 = time.time()
-        r = run_case(name, args.draws, args.n_boot)
-        v, n = r["verdicts"], args.draws
+        n = args.draws if CASES[name][2] else (args.null_draws or args.draws)
+        r = run_case(name, n, args.n_boot, args.spending)
+        v = r["verdicts"]
         cell = lambda k: f"{v.get(k, 0)} ({100 * v.get(k, 0) / n:.1f}%)"  # noqa: E731
         dec = f"{r['spent_decided']:.2f}" if r["spent_decided"] is not None else "–"
         fp = ", ".join(f"{p:.2f}" for p in r["fixed_power"]) if "fixed_power" in r else "–"
         rf = f"{r['r_fix']:.2f}" if r.get("r_fix") else "–"
         ratio = f"{r['ratio']:.2f}" if r.get("ratio") else "–"
         print(f"| {name} | {n} | {cell(DIFFER)} | {cell(CO_MOVE)} | {cell('shapes agree')} | {cell(NO_EVIDENCE)} | "
-              f"{r['spent']:.2f} / {dec} | {fp} | {rf} | {ratio} | {time.time() - t0:.0f} |", flush=True)
-    print(f"load average at end: {os.getloadavg()}")
+              f"{r['withheld']} | {r['spent']:.2f} / {dec} | {fp} | {rf} | {ratio} | {time.time() - t0:.0f} |",
+              flush=True)
+    print(f"load average at end: {os.getloadavg()}; wall {time.time() - t_all:.0f} s")
 
 
 if __name__ == "__main__":

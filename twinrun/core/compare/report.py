@@ -250,8 +250,9 @@ def _arms_section(result: Mapping[str, Any], h: str) -> list[str]:
 
 
 def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], title: str | None = None,
-                      level: int = 1) -> str:
-    """One sweep's (or one summary's) report text. `figures` maps a caption to a PNG path relative to the report."""
+                      level: int = 1, after_verdicts: Sequence[str] = ()) -> str:
+    """One sweep's (or one summary's) report text. `figures` maps a caption to a PNG path relative to the report;
+    `after_verdicts`: lines placed after the verdicts (the per-look section of a sweep played until decided)."""
     s = result["settings"]
     base = result["baseline"]
     h = "#" * (level + 1)
@@ -275,6 +276,7 @@ def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], tit
     ]
     lines += _streams_section(result, h)
     lines += _verdict_section(result, h)
+    lines += list(after_verdicts)
     lines += _frameworks_section(result, h)
     if figures:
         lines += [f"{h} Figures", ""]
@@ -366,12 +368,13 @@ def _comparison_figures(result: Mapping[str, Any], figdir: Path, rel: str, prefi
 
 def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
                  metrics: Mapping[str, str | Path] | None = None, title: str | None = None,
-                 notes: Sequence[str] = ()) -> Path:
+                 notes: Sequence[str] = (), sequential: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Path:
     """Write `out_dir/report.md`, `out_dir/compare.json` and the figures under `out_dir/figures/`.
 
     result: a `compare` result dict or the path of a compare.json; metrics: label -> a run's metrics.jsonl for
     the training-dynamics figure (omitted when None or empty); notes: paragraphs shown under the title (e.g. what
-    a stand-in executor's numbers mean). Returns the report path.
+    a stand-in executor's numbers mean); sequential: (sweep folder, sweep.json's `sequential`) of sweeps played
+    with --until-decided, each shown as a per-look table after the verdicts. Returns the report path.
     """
     from twinrun.core.compare import plots
 
@@ -393,7 +396,11 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
         if present:
             plots.plot_training_dynamics(present, figdir / "training_dynamics.png")
             figures["Training dynamics of each run (metrics.jsonl)"] = "figures/training_dynamics.png"
-        text = render_comparison(result, figures, title)
+        from twinrun.core.compare.looks_report import looks_section
+
+        h = "##"
+        extra = [x for folder, seq in sequential for x in looks_section(seq, h, folder if len(sequential) > 1 else None)]
+        text = render_comparison(result, figures, title, after_verdicts=extra)
     if notes:
         head, _, rest = text.partition("\n\n")
         text = "\n\n".join([head, *notes, rest])
