@@ -17,7 +17,8 @@ def compare_cmd(
     baseline: str = typer.Option(..., "--baseline", help="the baseline arm (per-game) or the run name of the "
                                  "baseline rows (summary CSV)"),
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON (docs/compare-json.md)"),
-    out: Path | None = typer.Option(None, "--out", help="write compare.json, report.md and figures here"),
+    out: Path | None = typer.Option(None, "--out", help="write compare.json, report.md and figures here (with "
+                                     "--looks: looks.json and report.md's per-look table)"),
     alpha: float = typer.Option(0.05, "--alpha"),
     power: float = typer.Option(0.8, "--power", help="power for the minimum detectable effect and the games to decide"),
     level: float = typer.Option(0.95, "--level", help="confidence level of the intervals"),

@@ -76,3 +76,71 @@ def test_until_decided_runs_records_stops_and_resumes_after_a_kill(tmp_path: Pat
     with pytest.raises(SweepError, match=r"planned with looks at 2,4 streams, not 2,3,4 \(fix:"):
         check_resume(out, plan_looks(4, 1))
     assert (out / "sweep.json").read_bytes() == before
+
+
+@pytest.mark.alfworld
+@pytest.mark.slow
+def test_cli_sweep_until_decided_on_the_smoke_arm(tmp_path: Path, smoke_spec_path: Path, run3: Path) -> None:
+    """`twinrun sweep --until-decided` end to end: the smoke arm (scripted executor, real ALFWorld games), a cap
+    of 3 streams in looks of 1: it stops (decided or futility) or reaches its cap, records each look in sweep.json,
+    plays no stream after the stop, and compare --out shows the looks in report.md."""
+    from typer.testing import CliRunner
+
+    from twinrun.cli import app
+
+    out = tmp_path / "sw"
+    runner = CliRunner()
+    res = runner.invoke(app, ["sweep", f"a={run3}", f"b={run3}", "--spec", str(smoke_spec_path), "--out", str(out),
+                              "--until-decided", "--max-streams", "3", "--streams-per-look", "1", "--games", "2",
+                              "--workers", "0", "--curator", "no-ops", "--no-progress", "--set",
+                              "executor.max_turns=3", "--set", "tracking.backend=none", "--json"])
+    assert res.exit_code == 0, res.output
+    seq = json.loads(res.stdout)["sequential"]
+    assert seq["looks_at"] == [2, 3] and seq["stop"] in ("decided", "futility", "last look")
+    assert seq["stopped_at"] in (2, 3) and (seq["stop"] != "last look" or seq["stopped_at"] == 3)
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert manifest["sequential"] == seq and manifest["streams"] == 3
+    assert [lk["streams"] for lk in seq["looks"]] == [2, 3][: len(seq["looks"])]
+    played = {p.stem for p in (out / "arms").glob("*.jsonl")}
+    streams = {int(n.split("#r")[1]) if "#r" in n else 0 for n in played}
+    assert streams == set(range(seq["stopped_at"]))  # every stream up to the stop, none after
+    assert {"baseline", "a@2", "b@6", "a@4#r1"} <= played
+    rep = tmp_path / "rep"
+    res = runner.invoke(app, ["compare", str(out), "--baseline", "baseline", "--out", str(rep), "--n-boot", "200",
+                              "--no-track"])
+    assert res.exit_code == 0, res.output
+    text = (rep / "report.md").read_text()
+    assert "## Looks (group-sequential)" in text and "| 1 | 2 | a vs b |" in text
+
+
+@pytest.mark.alfworld
+@pytest.mark.slow
+def test_until_decided_on_ray_runs_each_looks_arms_as_parallel_tasks(tmp_path: Path, smoke_spec_path: Path,
+                                                                    run3: Path, alfworld_data: Path) -> None:
+    """Real Ray in local mode (3 CPUs): each look is one fan-out of its arms as Ray tasks, in worker processes
+    (not the driver), more than one at a time; the looks are recorded as on a local sweep."""
+    pytest.importorskip("ray")
+    import os
+
+    from twinrun.app.until_decided import sweep_until_decided
+    from twinrun.core.compare import CompareSettings
+    from twinrun.core.sweeps.ray_tasks import RAY_DIR, attempts
+
+    spec = load_spec(smoke_spec_path, FAST)
+    out = tmp_path / "sw"
+    dirs = [f"a={run3}", f"b={run3}"]
+    seq = sweep_until_decided(sw.sweep, spec, dirs, out, max_streams=3, per_look=1, futility_p=1.0,
+                              settings=CompareSettings(n_boot=200, seed=0), data_root=alfworld_data, n_games=2,
+                              workers=0, policy_factory=sw.no_ops_policy_factory, progress=False,
+                              ray_address="local", ray_num_cpus=3)
+    assert seq["looks_at"] == [2, 3] and seq["stop"] in ("decided", "last look")
+    assert json.loads((out / "sweep.json").read_text())["sequential"] == seq
+    played = sorted(p.stem for p in (out / "arms").glob("*.jsonl"))
+    assert (out / RAY_DIR).is_dir()
+    runs = {arm: attempts(out, arm) for arm in played}
+    assert all(runs[arm] for arm in played), [a for a in played if not runs[a]]  # every arm ran as a Ray task
+    pids = {e["pid"] for tries in runs.values() for e in tries}
+    assert os.getpid() not in pids
+    # look 1's arms (streams 0 and 1 of 7 cells) went out together: several worker processes took them
+    first = {e["pid"] for arm, tries in runs.items() if "#r2" not in arm for e in tries}
+    assert len(first) >= 2, first
