@@ -14,11 +14,11 @@ R = 2..8, its power interpolated linearly in R to the sequential rule's, and the
 decided sweep to that R.
 
 `--interaction-only N` adds, for the two null cases, the rate at which the interaction alone crosses its boundary at
-some look on N planted sweeps (seeds 100000..; the same F as compare's, computed directly: seconds per thousand
+some look on N planted sweeps (seeds 1000..; the same F as compare's, computed directly: seconds per thousand
 draws), which pins down the claim's error rate far more tightly than the full-compare draws can.
 
-    nice .venv/bin/python bench/sequential_calibration.py [--draws 200] [--null-draws 600] [--n-boot 1000]
-        [--cases a;b] [--spending hsd] [--interaction-only 10000]
+    nice .venv/bin/python bench/sequential_calibration.py [--draws 200] [--flat-draws 400] [--n-boot 1000]
+        [--cases a;b] [--spending hsd] [--interaction-only 10000]   (--cases none: the interaction-only part alone)
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def blocked_interaction_p(t, n: int) -> float:
     return float(stats.f.sf(f, k - 1, df2))
 
 
-def interaction_only(name: str, draws: int, kind: str, start: int = 100_000) -> dict:
+def interaction_only(name: str, draws: int, kind: str, start: int = 1000) -> dict:
     """The share of planted sweeps whose interaction crosses its boundary at some look (no futility, no other
     route): the claim's error rate under the null cases, from many cheap draws."""
     a, b, _ = CASES[name]
@@ -126,8 +126,7 @@ def run_case(name: str, draws: int, n_boot: int, kind: str = "hsd") -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--draws", type=int, default=200)
-    ap.add_argument("--null-draws", type=int, default=None, help="draws of the flat and same-shape cases "
-                    "(default: --draws)")
+    ap.add_argument("--flat-draws", type=int, default=None, help="draws of the flat-truth case (default: --draws)")
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--cases", default="", help="substrings of case names separated by ; (default: all)")
     ap.add_argument("--spending", default="hsd", help="hsd (gamma -2), hsd:G, obf or pocock")
@@ -136,11 +135,13 @@ def main() -> None:
     args = ap.parse_args()
     pick = [c for c in CASES if not args.cases or any(s in c for s in args.cases.split(";"))]
     t_all = time.time()
-    print(f"load average at start: {os.getloadavg()}; draws {args.draws} (null cases {args.null_draws or args.draws}); "
+    print(f"load average at start: {os.getloadavg()}; draws {args.draws} (flat truth {args.flat_draws or args.draws}); "
           f"n_boot {args.n_boot}; looks {LOOKS}; spending {args.spending}; levels "
           f"{[round(x, 5) for x in SequentialRule(LOOKS, kind=args.spending).levels(8)['interaction']]}")
     if args.interaction_only:
         for name in ("flat truth", "same shape"):
+            if args.cases and name not in pick and args.cases != "none":
+                continue
             t0 = time.time()
             r = interaction_only(name, args.interaction_only, args.spending)
             print(f"interaction only, {name}: crosses at some look in {r['rate']:.2%} of {r['draws']} draws "
@@ -151,7 +152,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in pick:
         t0 = time.time()
-        n = args.draws if CASES[name][2] else (args.null_draws or args.draws)
+        n = (args.flat_draws or args.draws) if name == "flat truth" else args.draws
         r = run_case(name, n, args.n_boot, args.spending)
         v = r["verdicts"]
         cell = lambda k: f"{v.get(k, 0)} ({100 * v.get(k, 0) / n:.1f}%)"  # noqa: E731
