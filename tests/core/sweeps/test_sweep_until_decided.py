@@ -79,7 +79,6 @@ def test_until_decided_runs_records_stops_and_resumes_after_a_kill(tmp_path: Pat
 
 
 @pytest.mark.alfworld
-@pytest.mark.slow
 def test_cli_sweep_until_decided_on_the_smoke_arm(tmp_path: Path, smoke_spec_path: Path, run3: Path) -> None:
     """`twinrun sweep --until-decided` end to end: the smoke arm (scripted executor, real ALFWorld games), a cap
     of 3 streams in looks of 1: it stops (decided or futility) or reaches its cap, records each look in sweep.json,
