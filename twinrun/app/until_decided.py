@@ -15,13 +15,19 @@ from twinrun.core.sweeps.plan import BASELINE, SweepError, parse_run_dirs
 from twinrun.core.sweeps.until_decided import look_arms, plan_looks, run_looks
 
 
+def sequential_rule(max_streams: int, per_look: int, futility_p: float = 0.5) -> SequentialRule:
+    """The rule a sweep --until-decided plays under (its description is recorded in sweep.json and checked on
+    resume)."""
+    return SequentialRule(plan_looks(max_streams, per_look), futility_p=futility_p)
+
+
 def sweep_until_decided(sweep: Callable[..., Any], spec: Any, run_dirs: list[str], out: Path, *, max_streams: int,
                         per_look: int, settings: CompareSettings | None = None, futility_p: float = 0.5,
                         log: Callable[[str], None] = lambda _: None, **sweep_kw: Any) -> dict[str, Any]:
     """Play `out` look by look (sweep(spec, run_dirs, out, streams=max_streams, arms=..., **sweep_kw) per look,
     local or Ray: each look's arms run in parallel as Ray tasks) -> the sequential record (also in sweep.json)."""
-    looks = plan_looks(max_streams, per_look)
-    rule = SequentialRule(looks, futility_p=futility_p)
+    rule = sequential_rule(max_streams, per_look, futility_p)
+    looks = rule.looks
     settings = settings or CompareSettings(n_boot=2000, seed=spec.seed)
     runs = parse_run_dirs(run_dirs)
 

@@ -131,7 +131,9 @@ def sweep_cmd(
         streams_per_look = streams_per_look or spec.sweep.streams_per_look
         looks = plan_looks(max_streams, streams_per_look)
         n_streams = max_streams
-        check_resume(out, looks)
+        from twinrun.app.until_decided import sequential_rule
+
+        check_resume(out, looks, sequential_rule(max_streams, streams_per_look).describe())
     # another number of streams than the folder was planned with: refused before the folder's lock is written
     sw.check_streams(out, spec.sweep.streams if n_streams is None else n_streams)
     from twinrun.core.sweeps.placement import parse_gpus

@@ -76,6 +76,20 @@ def test_until_decided_runs_records_stops_and_resumes_after_a_kill(tmp_path: Pat
     with pytest.raises(SweepError, match=r"planned with looks at 2,4 streams, not 2,3,4 \(fix:"):
         check_resume(out, plan_looks(4, 1))
     assert (out / "sweep.json").read_bytes() == before
+    # an unfinished sweep whose looks were taken under another rule (e.g. OBF before the HSD default) is refused
+    from twinrun.app.until_decided import sequential_rule
+
+    manifest["sequential"] = dict(seq, stop=None, stopped_at=None, rule="group-sequential looks ... OBF")
+    (out / "sweep.json").write_text(json.dumps(manifest))
+    assert check_resume(out, (2, 4), "group-sequential looks ... OBF")["rule"].endswith("OBF")
+    with pytest.raises(SweepError, match=r"took its looks under the rule .*OBF.* \(fix:"):
+        check_resume(out, (2, 4), sequential_rule(4, 2, futility_p=1.0).describe())
+    calls.clear()
+    before = (out / "sweep.json").read_bytes()
+    with pytest.raises(SweepError, match=r"took its looks under the rule"):  # the sweep itself checks it first
+        sweep_until_decided(counting_sweep, spec, dirs, out, max_streams=4, per_look=2, settings=settings,
+                            futility_p=1.0, **kw)
+    assert calls == [] and (out / "sweep.json").read_bytes() == before
 
 
 @pytest.mark.alfworld

@@ -40,15 +40,20 @@ def look_arms(run_dirs: dict[str, Path], n: int) -> list[str]:
     return names
 
 
-def check_resume(out_dir: str | Path, looks: Sequence[int]) -> dict[str, Any] | None:
-    """The sequential record of a folder being resumed (None: a new folder); a folder planned with other looks is
-    refused in one line, before anything is written."""
+def check_resume(out_dir: str | Path, looks: Sequence[int], rule: str | None = None) -> dict[str, Any] | None:
+    """The sequential record of a folder being resumed (None: a new folder); a folder planned with other looks, or
+    an unfinished one whose looks were taken under another rule (`rule`: its description; another spending or
+    futility rule would mix two sets of levels in one sweep), is refused in one line, before anything is written."""
     plan = load_plan(out_dir)
     seq = plan.sequential if plan is not None else None
     if seq is not None and list(seq.get("looks_at", [])) != list(looks):
         raise SweepError(f"--until-decided: {str(Path(out_dir))!r} was planned with looks at "
                          f"{','.join(map(str, seq['looks_at']))} streams, not {','.join(map(str, looks))} (fix: the "
                          "same --max-streams and --streams-per-look to resume it, or a new --out folder)")
+    if seq is not None and rule and seq.get("looks") and not seq.get("stop") and seq.get("rule") not in (None, rule):
+        raise SweepError(f"--until-decided: {str(Path(out_dir))!r} took its looks under the rule {seq['rule']!r}, "
+                         f"not {rule!r} (fix: resume it with the twinrun version and futility setting that started "
+                         "it, or a new --out folder)")
     if plan is not None and seq is None and any(a.replicate > 0 for a in plan.arms) and (plan.streams or 1) != looks[-1]:
         return None  # check_streams refuses it with its own line
     return seq
@@ -68,7 +73,7 @@ def run_looks(out_dir: str | Path, looks: Sequence[int], rule: str, play: Callab
     """Play look by look until a look stops. play(n): play every arm of streams [0, n) (resuming); take(j): the
     look's record (sequential.Look.to_dict(): streams, levels, pair verdicts, "stop"). Returns the sequential
     record, also written to sweep.json after every look."""
-    seq = check_resume(out_dir, looks)
+    seq = check_resume(out_dir, looks, rule)
     if seq is not None and seq.get("stop"):
         log(f"until decided: already stopped at {seq['stopped_at']} streams ({seq['stop']}); nothing to play")
         return seq
