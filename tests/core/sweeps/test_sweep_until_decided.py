@@ -57,7 +57,8 @@ def test_until_decided_runs_records_stops_and_resumes_after_a_kill(tmp_path: Pat
     cut.write_bytes(kept + b'{"torn')
     settings = CompareSettings(n_boot=1000, seed=0)
     seq = sweep_until_decided(counting_sweep, spec, dirs, out, max_streams=4, per_look=2, settings=settings, futility_p=1.0, **kw)
-    # 4 games a stream decide nothing at look 1's level (8.9e-5) and futility is off: look 2 is played
+    # a and b are one run (nothing to find) and 4 games a stream decide nothing at look 1's level (0.0051, HSD gamma
+    # -2); futility is off: look 2 is played
     assert seq["looks_at"] == [2, 4] and seq["stopped_at"] == 4 and seq["stop"] in ("decided", "last look")
     manifest = json.loads((out / "sweep.json").read_text())
     assert manifest["sequential"] == seq and manifest["streams"] == 4
