@@ -36,3 +36,21 @@ def test_compact_rows_keep_what_compare_reads():
     assert "curator_ops" not in out and out["provenance"]["backend"] == "trl" and "host" not in out["provenance"]
     assert {k: out[k] for k in ("arm", "sweep_id", "games_hash", "outcome", "replicate", "position", "run")} == {
         k: row[k] for k in ("arm", "sweep_id", "games_hash", "outcome", "replicate", "position", "run")}
+
+
+def test_the_rho_a_one_stream_report_quotes_is_the_pilots():
+    """compare's one-stream note quotes the controls' measured rho (twinrun.core.compare.reference): it must be the
+    pilot's as compare computes it from the committed rows, interval and stream length included."""
+    from twinrun.core.compare import reference as ref
+
+    f = _analyse().findings()[ref.CONTROL]
+    icc = f["icc"]
+    assert round(icc["estimate"], 3) == ref.CONTROLS_ICC
+    assert tuple(round(x, 3) for x in icc["ci"]) == ref.CONTROLS_ICC_CI
+    assert round(f["games_per_stream"]) == ref.CONTROLS_GAMES_PER_STREAM
+
+
+def test_streams_doc_quotes_the_sentence_a_one_stream_report_prints():
+    from twinrun.core.compare.reference import one_stream_sentence
+
+    assert one_stream_sentence(140) in (ROOT / "docs" / "streams.md").read_text(encoding="utf-8")

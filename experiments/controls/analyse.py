@@ -122,6 +122,54 @@ def cost(data: Path) -> dict[str, Any]:
             "train_episodes": train_episodes, "train_s": train_s}
 
 
+PAPER = {"games": 140, "streams": 1, "checkpoints": 12, "seeds": (1, 2, 3)}  # the paper's protocol (Table 4)
+
+
+def _framework_mde(seed_var: float, stream_var: float, n: int, k: int, target: float = 0.8, alpha: float = 0.05
+                   ) -> float | None:
+    """Smallest difference between two frameworks' centred curves at one checkpoint (success-rate scale) that the
+    seeds-as-replicates test detects with n seeds per framework, one stream each: each framework mean has variance
+    (seed_var + stream_var (1 - 1/K)) / n, the difference twice that, error df 2 (n - 1)(K - 1) (the framework x
+    checkpoint layout with seeds as replicates); None with one seed (no seed variance can be estimated)."""
+    from scipy import optimize, stats
+
+    if n < 2:
+        return None
+    sd = (2 * (seed_var + stream_var * (1 - 1 / k)) / n) ** 0.5
+    df = 2 * (n - 1) * (k - 1)
+    t = stats.t.ppf(1 - alpha / 2, df)
+
+    def short(delta: float) -> float:
+        ncp = delta / sd
+        return float(stats.nct.sf(t, df, ncp) + stats.nct.cdf(-t, df, ncp)) - target
+
+    return float(optimize.brentq(short, 1e-9, 6 * sd))  # ncp 6: power ~1 at these df (nct is NaN far out)
+
+
+def paper_shaped(c: dict[str, Any]) -> dict[str, Any] | None:
+    """What a sweep shaped like the paper's (140 games, one stream per checkpoint, 12 checkpoints, 1-3 seeds per
+    framework) can decide at this control's measured rho and seed spread (design.detectable for a lift; the seeds'
+    test for a framework difference). The seed spread measured here (seed SD of a run's centred lift) holds the
+    noise of a cell of the pilot's streams; that part, from the nested error SD of a stream's lift, is taken out to
+    leave the seeds' own variance, and the paper-shaped stream's noise (rate 0.5: the largest) put in its place."""
+    from twinrun.core.compare.design import detectable, stream_variance
+
+    icc, blocks = c.get("icc") or {}, c.get("blocks") or {}
+    an = next((x.get("anova") for x in c.get("frameworks", []) if x.get("anova")), None)
+    if not icc or not blocks or not an:
+        return None
+    m, k, rho = PAPER["games"], PAPER["checkpoints"], icc["estimate"]
+    k_pilot = len(next(iter(c["curves"].values()))["checkpoints"])
+    cell_noise = blocks["sd_nested"] ** 2 * (1 - 1 / k_pilot) / c["streams"]
+    seed_var = max(0.0, an["seed_sd"] ** 2 - cell_noise)
+    v = stream_variance(m, rho, 0.5)
+    return {
+        "lift": detectable(rho, 1, m), "lift_ci": [detectable(r, 1, m) for r in icc["ci"]],
+        "lift_independent": detectable(0.0, 1, m), "seed_sd": an["seed_sd"], "seed_sd_own": seed_var ** 0.5,
+        "framework": {n: _framework_mde(seed_var, v, n, k) for n in PAPER["seeds"]},
+    }
+
+
 def findings(data_root: Path = DATA) -> dict[str, Any]:
     """Every committed control through compare (the report's own function and default settings)."""
     from twinrun.core.compare import CompareSettings, compare
@@ -150,6 +198,7 @@ def findings(data_root: Path = DATA) -> dict[str, Any]:
             "baseline_rate": res["baseline"]["success_rate"],
             "cost": cost(data),
         }
+        out[name]["paper"] = paper_shaped(out[name])
     return out
 
 
@@ -160,7 +209,7 @@ def render(f: dict[str, Any]) -> str:
         lines.append(f"### {name}: {', '.join(c['runs'])} (truth: {c['truth']})")
         lines.append("")
         icc, blocks = c["icc"] or {}, c["blocks"] or {}
-        lines.append(f"- design: {c['streams']} streams x {c['games_per_stream']:g} measured games (mean) per checkpoint, streams "
+        lines.append(f"- design: {c['streams']} streams x {c['games_per_stream']:.1f} measured games (mean) per checkpoint, streams "
                      f"{c['design']}; baseline success {100 * c['baseline_rate']:.1f}%")
         if icc:
             lines.append(f"- stream correlation (ICC): {icc['estimate']:.3f} {_ci(icc['ci'], fmt='{:.3f}')}, "
@@ -177,8 +226,9 @@ def render(f: dict[str, Any]) -> str:
                 head += f" (reason {cmp['reason']})"
             lines.append(head)
             if an:
-                lines.append(f"  - framework x checkpoint F {an['statistic']:.2f} on ({an['df']:.1f}, {an['df2']:.1f}) df, "
-                             f"p {_p(an['p_value'])}; seed SD of a run's lift {100 * an['seed_sd']:.1f} pp")
+                lines.append(f"  - framework x checkpoint F {an['statistic']:.2f} on ({an['df1']}, {an['df2']}) df, "
+                             f"{an['epsilon_method']} epsilon {an['epsilon']:.2f}, p {_p(an['p_value'])}; seed SD of a "
+                             f"run's centred lift {100 * an['seed_sd']:.1f} pp")
             if cmp.get("pearson") is not None:
                 eq = cmp.get("equivalence") or {}
                 lines.append(f"  - r of the mean curves {cmp['pearson']:.2f} {_ci(cmp.get('pearson_ci'))}; 90% band "
@@ -192,6 +242,17 @@ def render(f: dict[str, Any]) -> str:
         for run, cv in c["curves"].items():
             lines.append(f"- {run}: lift by checkpoint " + ", ".join(
                 f"{k}: {_pp(v)}" for k, v in zip(cv["checkpoints"], cv["lifts"])))
+        ps = c.get("paper")
+        if ps:
+            fw = ", ".join(f"{n} seed{'s' if n > 1 else ''}: " + ("no test (seed and framework confounded)" if d is None
+                                                                 else f"{100 * d:.0f} pp")
+                           for n, d in ps["framework"].items())
+            lines.append(f"- a sweep shaped like the paper's ({PAPER['games']} games, one stream, {PAPER['checkpoints']} "
+                         f"checkpoints), at this rho and seed spread, detects at 80% power: a checkpoint's lift of "
+                         f"{100 * ps['lift']:.0f} pp {_ci(ps['lift_ci'], 100, '{:.0f}')} ({100 * ps['lift_independent']:.0f} "
+                         f"pp if its games were independent); a difference between two frameworks' centred curves at "
+                         f"one checkpoint of {fw} (seed SD of a run's centred lift {100 * ps['seed_sd']:.1f} pp here, "
+                         f"{100 * ps['seed_sd_own']:.1f} pp once this sweep's stream noise is taken out)")
         k = c["cost"]
         lines.append(f"- cost: {k['sweep_episodes']:,} sweep episodes ({k['sweep_s'] / 60:.0f} min of game play), "
                      f"{k['train_episodes']:,} training episodes ({k['train_s'] / 60:.0f} min of training steps)")

@@ -203,6 +203,9 @@ def test_one_stream_decides_nothing_without_a_stated_correlation(tmp_path: Path)
     assert pair["verdict"] == NO_EVIDENCE and pair["reason"] == "one-stream"
     assert all(a["p_conditional_on_stream"] and "conditional on the stream" in a["test"] for a in doc["arms"])
     assert doc["streams"]["mode"] == "one stream" and doc["streams"]["icc"] is None
+    # what the controls' measured rho would mean for this sweep's stream length (twinrun.core.compare.reference)
+    from twinrun.core.compare.reference import CONTROLS_ICC, one_stream_sentence
+    assert one_stream_sentence(140) in doc["streams"]["note"] and f"rho {CONTROLS_ICC:.3f}" in doc["streams"]["note"]
     stated = cli_json(str(tmp_path / "sweep"), "--baseline", "baseline", "--n-boot", "1000", "--stream-icc", "0.02")
     assert stated["pairs"][0]["verdict"] == DIFFER, stated["pairs"][0]["explanation"]
     assert stated["streams"]["stated_deff"] == pytest.approx(1 + 139 * 0.02)

@@ -110,6 +110,19 @@ def power(delta: float, rho: float, streams: int, games: int | float, *, rate: f
     return float(stats.nct.sf(t, df, ncp) + stats.nct.cdf(-t, df, ncp))
 
 
+def detectable(rho: float, streams: int, games: int | float, *, target: float = 0.8, **kw: Any) -> float:
+    """The smallest difference (success-rate scale) the planned test detects with power `target`: the inverse of
+    :func:`power` in delta (power rises with |delta|), found by bisection on [0, 1]; 1.0 when even a difference of
+    the whole scale falls short (then nothing the sweep could see is decided)."""
+    if power(1.0, rho, streams, games, **kw) < target:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if power(mid, rho, streams, games, **kw) >= target else (mid, hi)
+    return hi
+
+
 def check_games_per_stream(games: int, split_games: int | None, split: str, source: str) -> None:
     """Refuse games per stream that no stream of the protocol can have: fewer than 1, or more than the held-out
     split holds (a stream is the split played in order through one repository: a longer one does not exist).

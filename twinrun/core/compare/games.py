@@ -20,6 +20,7 @@ from scipy import stats
 from twinrun.core.compare import blocks as blk
 from twinrun.core.compare import families, frameworks, shape
 from twinrun.core.compare import power as pw
+from twinrun.core.compare import reference
 from twinrun.core.compare import stats as cs
 from twinrun.core.compare import streams as st
 from twinrun.core.compare.curves import Curve, PairNoise, finish_pairs, pair_core, run_curves, shared_steps
@@ -301,7 +302,8 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
         "note": ("" if stream_mode else
                  ("one stream per arm: the intra-stream correlation cannot be estimated; per-arm p-values are "
                   "conditional on the stream, and no shape claim is made (state a pilot's --stream-icc, or sweep "
-                  "--streams R)") if stated is None else
+                  f"--streams R); {reference.one_stream_sentence(m_games)}")
+                 if stated is None else
                  f"one stream per arm with a stated intra-stream correlation {stated:g}: every variance x DEFF "
                  f"{deff_stated:.2f} at {m_games:.0f} games per stream"),
     }
