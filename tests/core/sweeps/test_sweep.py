@@ -347,6 +347,25 @@ def test_cli_sweep_then_compare_writes_the_report(tmp_path: Path, smoke_spec_pat
     assert bad.exit_code != 0
 
 
+def test_cli_sweep_off_a_terminal_prints_a_progress_line_per_quarter(tmp_path: Path, smoke_spec_path: Path,
+                                                                     run_dir: Path, alfworld_data: Path) -> None:
+    """A sweep logged to a file (CI, nohup; CliRunner's output is not a terminal either) shows its progress as plain
+    lines: rich draws its bars there only when they stop, so minutes of play printed nothing (make demo's log)."""
+    from typer.testing import CliRunner
+
+    from twinrun.cli import app
+    from twinrun.core.sweeps.arms import LineProgress, _progress
+
+    res = CliRunner().invoke(app, ["sweep", f"trl={run_dir}", "--spec", str(smoke_spec_path), "--out",
+                                   str(tmp_path / "sweep"), "--games", "4", "--workers", "0", "--curator", "no-ops",
+                                   "--streams", "1", "--set", "executor.max_turns=3"])
+    assert res.exit_code == 0, res.output
+    lines = [ln.split(" (")[0] for ln in res.output.splitlines() if ln.startswith("sweep: baseline ")]
+    assert lines == [f"sweep: baseline {k}/4 games" for k in (1, 2, 3, 4)], res.output
+    assert "sweep: trl@4 4/4 games" in res.output
+    assert not isinstance(_progress(False), LineProgress)
+
+
 def test_sweep_prompts_with_the_runs_history_window_and_restores_it_on_resume(
         tmp_path: Path, smoke_spec_path: Path, run_dir: Path, alfworld_data: Path) -> None:
     """per_position with curator.history=2: game i's curator sees the arm's last two (input, turn) pairs; a rerun

@@ -347,9 +347,48 @@ def rows_done(out_dir: str | Path, arm: str) -> int:
 PolicyFactory = Callable[[ArmPlan, Any], CuratorPolicy]
 
 
+class LineProgress:
+    """Progress for a console that is not a terminal (a log file, CI, nohup): rich draws its bars there only when
+    they stop, so a sweep of many minutes printed nothing until its end. One plain line per arm at each quarter of
+    its games and at its end, with the time since the sweep began. The add_task/update subset the sweeps use."""
+
+    def __init__(self, out: Any = None):
+        import time
+
+        self._out, self._t0, self._time = out, time.monotonic(), time.monotonic
+        self._tasks: list[list[Any]] = []  # [arm, total, quarters printed]
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @staticmethod
+    def _quarter(done: int, total: int) -> int:
+        return 4 * done // total if total else 4
+
+    def add_task(self, description: str, total: int, completed: int = 0) -> int:
+        self._tasks.append([description, total, self._quarter(completed, total)])
+        return len(self._tasks) - 1
+
+    def update(self, task: int, completed: int) -> None:
+        import sys
+
+        t = self._tasks[task]
+        q = self._quarter(completed, t[1])
+        if q > t[2]:
+            t[2] = q
+            print(f"sweep: {t[0]} {completed}/{t[1]} games ({self._time() - self._t0:.0f} s)",
+                  file=self._out or sys.stdout, flush=True)
+
+
 def _progress(enabled: bool) -> Any:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if enabled and not Console().is_terminal:
+        return LineProgress()
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     disable=not enabled, transient=False)
 
