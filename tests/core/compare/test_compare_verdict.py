@@ -631,3 +631,18 @@ def test_a_demo_shaped_sweep_is_told_streams_at_its_own_games_per_stream(tmp_pat
     assert f"{need} streams per arm (now 2) at the protocol's 32 games per stream" in report
     none, report = said[1]
     assert none is None and "no number of streams up to 32 per arm at the protocol's 32 games per stream" in report
+
+
+def test_a_flat_curve_s_rounding_noise_interval_is_not_opposite_directions() -> None:
+    """The demo (2026-12-03): one run's curve flat, r undefined, its draws' interval [-1e-17, -1e-17] from rounding;
+    "opposite directions" was claimed from it. r's interval counts only where r is defined; the interaction decides."""
+    from twinrun.core.compare.model import CompareSettings
+    from twinrun.core.compare.verdict import ShapeEvidence, decide
+
+    e = ShapeEvidence("trl", "verl", 3, 32, pearson=float("nan"), pearson_ci=(-2e-17, -1e-17), interaction_p=0.033,
+                      band_half_width=0.094, streams=2)
+    out = decide(e, CompareSettings())
+    assert out["reason"] == "profiles" and not out["checks"]["r_ci_below_0"], out
+    quiet = decide(ShapeEvidence("trl", "verl", 3, 32, pearson=float("nan"), pearson_ci=(-2e-17, -1e-17),
+                                 interaction_p=0.5, band_half_width=0.094, streams=2), CompareSettings())
+    assert quiet["verdict"] != "shapes differ" and quiet["reason"] == "undecided", quiet

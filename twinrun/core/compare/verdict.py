@@ -94,10 +94,13 @@ def decide(e: ShapeEvidence, settings: CompareSettings) -> dict[str, Any]:
                 "explanation": f"Only {e.n_checkpoints} shared checkpoint(s): a shape needs at least 3."}
     lo, hi = e.pearson_ci
     inter = e.interaction_p is not None and e.interaction_p < settings.alpha
+    # r's interval counts only where r itself is defined: with a flat curve the draws' r is rounding noise (the demo
+    # of 2026-12-03 had [-0.00, -0.00] beside "r undefined", and read it as "opposite directions")
+    r_ok = _finite(e.pearson)
     checks = {
-        "r_lower_above_rho0": _finite(lo) and lo > settings.rho0,  # type: ignore[operator]
-        "r_ci_above_0": _finite(lo) and lo > 0,  # type: ignore[operator]
-        "r_ci_below_0": _finite(hi) and hi < 0,  # type: ignore[operator]
+        "r_lower_above_rho0": r_ok and _finite(lo) and lo > settings.rho0,  # type: ignore[operator]
+        "r_ci_above_0": r_ok and _finite(lo) and lo > 0,  # type: ignore[operator]
+        "r_ci_below_0": r_ok and _finite(hi) and hi < 0,  # type: ignore[operator]
         "interaction_significant": inter,
         "band_within_delta": e.band_half_width is not None and e.band_half_width <= settings.delta,
         "streams_separate_luck": not one_stream_blind(e),
