@@ -131,19 +131,12 @@ def _framework_mde(seed_var: float, stream_var: float, n: int, k: int, target: f
     seeds-as-replicates test detects with n seeds per framework, one stream each: each framework mean has variance
     (seed_var + stream_var (1 - 1/K)) / n, the difference twice that, error df 2 (n - 1)(K - 1) (the framework x
     checkpoint layout with seeds as replicates); None with one seed (no seed variance can be estimated)."""
-    from scipy import optimize, stats
+    from twinrun.core.compare.design import smallest_detected, two_sided_power
 
     if n < 2:
         return None
-    sd = (2 * (seed_var + stream_var * (1 - 1 / k)) / n) ** 0.5
-    df = 2 * (n - 1) * (k - 1)
-    t = stats.t.ppf(1 - alpha / 2, df)
-
-    def short(delta: float) -> float:
-        ncp = delta / sd
-        return float(stats.nct.sf(t, df, ncp) + stats.nct.cdf(-t, df, ncp)) - target
-
-    return float(optimize.brentq(short, 1e-9, 6 * sd))  # ncp 6: power ~1 at these df (nct is NaN far out)
+    var = 2 * (seed_var + stream_var * (1 - 1 / k)) / n
+    return smallest_detected(lambda d: two_sided_power(d, var, 2 * (n - 1) * (k - 1), alpha), target)
 
 
 def paper_shaped(c: dict[str, Any]) -> dict[str, Any] | None:

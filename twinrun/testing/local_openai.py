@@ -35,6 +35,26 @@ _VLLM_SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p"
 _FROM_GENERATION_CONFIG = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """What every loopback test server here shares: HTTP/1.1 keep-alive, quiet logs, JSON bodies."""
+
+    protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms per
+    # response on keep-alive connections (real servers such as uvicorn/vLLM set it too)
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class LocalOpenAIServer:
     """Serve chat completions on 127.0.0.1:<free port>.
 
@@ -121,23 +141,7 @@ class LocalOpenAIServer:
     def start(self) -> LocalOpenAIServer:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # headers and body go out in two writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms per
-            # response on keep-alive connections (real servers such as uvicorn/vLLM set it too)
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: Any) -> None:  # keep test output clean
-                pass
-
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def _refused_key(self) -> bool:
                 if server.api_key is None or self.headers.get("Authorization") == f"Bearer {server.api_key}":
                     return False

@@ -100,6 +100,12 @@ def power(delta: float, rho: float, streams: int, games: int | float, *, rate: f
     `streams` streams of `games` games per cell: noncentral t with the pooled error df, normal when R = 1.
     blocked (shape only): crossed streams, rho the blocked ICC and the randomized-block df."""
     var, df = contrast(kind, streams, games, rho, rate, checkpoints, blocked and kind == "shape")
+    return two_sided_power(delta, var, df, alpha)
+
+
+def two_sided_power(delta: float, var: float, df: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided level-alpha test of `delta` whose estimate has variance `var`: noncentral t on `df`
+    error df, the normal test when df = 0 (variance stated, not estimated)."""
     if var <= 0:
         return 1.0 if delta != 0 else alpha
     ncp = abs(delta) / math.sqrt(var)
@@ -110,17 +116,22 @@ def power(delta: float, rho: float, streams: int, games: int | float, *, rate: f
     return float(stats.nct.sf(t, df, ncp) + stats.nct.cdf(-t, df, ncp))
 
 
-def detectable(rho: float, streams: int, games: int | float, *, target: float = 0.8, **kw: Any) -> float:
-    """The smallest difference (success-rate scale) the planned test detects with power `target`: the inverse of
-    :func:`power` in delta (power rises with |delta|), found by bisection on [0, 1]; 1.0 when even a difference of
-    the whole scale falls short (then nothing the sweep could see is decided)."""
-    if power(1.0, rho, streams, games, **kw) < target:
+def smallest_detected(power_of: Any, target: float = 0.8) -> float:
+    """The smallest difference in [0, 1] (success-rate scale) whose power `power_of(delta)` reaches `target` (power
+    rises with |delta|), by bisection; 1.0 when even a difference of the whole scale falls short."""
+    if power_of(1.0) < target:
         return 1.0
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if power(mid, rho, streams, games, **kw) >= target else (mid, hi)
+        lo, hi = (lo, mid) if power_of(mid) >= target else (mid, hi)
     return hi
+
+
+def detectable(rho: float, streams: int, games: int | float, *, target: float = 0.8, **kw: Any) -> float:
+    """The smallest difference the planned test detects with power `target`: the inverse of :func:`power` in
+    delta; 1.0 when even a difference of the whole scale falls short (nothing the sweep could see is decided)."""
+    return smallest_detected(lambda d: power(d, rho, streams, games, **kw), target)
 
 
 def check_games_per_stream(games: int, split_games: int | None, split: str, source: str) -> None:
