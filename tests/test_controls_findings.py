@@ -54,3 +54,17 @@ def test_streams_doc_quotes_the_sentence_a_one_stream_report_prints():
     from twinrun.core.compare.reference import one_stream_sentence
 
     assert one_stream_sentence(140) in (ROOT / "docs" / "streams.md").read_text(encoding="utf-8")
+
+
+def test_streams_doc_worked_example_matches_the_pilot():
+    """docs/streams.md's worked example quotes the pilot's paper-shaped framework MDEs and seed spread: they must be
+    what analyse.py computes from the committed rows."""
+    an = _analyse()
+    pilot = an.findings()["pilot"]
+    ps = pilot["paper"]
+    text = " ".join((ROOT / "docs" / "streams.md").read_text(encoding="utf-8").split())
+    fw = ps["framework"]
+    assert (f"only above {100 * fw[2]:.0f} pp with 2 seeds per framework, {100 * fw[3]:.0f} pp with 3" in text), (
+        "docs/streams.md: the worked example's framework MDEs differ from the pilot's (fix: quote analyse.py's)")
+    assert f"seed SD of a run's centred lift {100 * ps['seed_sd']:.1f} pp" in text
+    assert f"{100 * ps['seed_sd_own']:.1f} pp once the streams' noise is taken out" in text

@@ -39,10 +39,14 @@ CONTROLS: dict[str, dict[str, Any]] = {
     "first-seeds": {"runs": ["trl-s0", "verl-s0"], "truth": "same algorithm (one seed each: framework and seed "
                     "confounded)"},
     "pilot": {"runs": ["trl-s0", "trl-s1", "verl-s0", "verl-s1"], "truth": "same algorithm"},
-    "negative": {"runs": ["trl-s0", "trl-s1", "trl-s2", "verl-s0", "verl-s1", "verl-s2"], "truth": "same algorithm"},
+    "negative": {"runs": ["trl-s0", "trl-s1", "trl-s2", "verl-s0", "verl-s1", "verl-s2"], "truth": "same algorithm",
+                 "budget": "agree"},
     "positive": {"runs": ["trlslow-s0", "trlslow-s1", "trlslow-s2", "verl-s0", "verl-s1", "verl-s2"],
-                 "truth": "shapes differ (lr / 10)"},
-    "seeds": {"runs": ["trl-s0", "trl-s1", "trl-s2"], "truth": "same algorithm, same framework"},
+                 "truth": "shapes differ (lr / 10)",
+                 # the slow group is TRL at lr / 10: named as its own group, so the verdict's label says which it is
+                 "groups": {f"trlslow-s{i}": ("trl-lr/10", i) for i in range(3)}, "budget": "differ"},
+    "seeds": {"runs": ["trl-s0", "trl-s1", "trl-s2"], "truth": "same algorithm, same framework",
+              "seed_spread": True},
 }
 # the fields of a sweep row that `twinrun compare` reads, plus what a reader of the rows wants to see per game
 ROW_FIELDS = ("kind", "arm", "sweep_id", "games_hash", "n_games", "game_id", "game_index", "task_type", "position",
@@ -129,38 +133,147 @@ def _framework_mde(seed_var: float, stream_var: float, n: int, k: int, target: f
                    ) -> float | None:
     """Smallest difference between two frameworks' centred curves at one checkpoint (success-rate scale) that the
     seeds-as-replicates test detects with n seeds per framework, one stream each: each framework mean has variance
-    (seed_var + stream_var (1 - 1/K)) / n, the difference twice that, error df 2 (n - 1)(K - 1) (the framework x
-    checkpoint layout with seeds as replicates); None with one seed (no seed variance can be estimated)."""
+    (seed_var + stream_var) (1 - 1/K) / n (centring), the difference twice that, error df 2 (n - 1)(K - 1) (the
+    framework x checkpoint layout with seeds as replicates); None with one seed (no seed variance can be
+    estimated)."""
     from twinrun.core.compare.design import smallest_detected, two_sided_power
 
     if n < 2:
         return None
-    var = 2 * (seed_var + stream_var * (1 - 1 / k)) / n
+    var = 2 * (seed_var + stream_var) * (1 - 1 / k) / n
     return smallest_detected(lambda d: two_sided_power(d, var, 2 * (n - 1) * (k - 1), alpha), target)
+
+
+def _centred_cell_noise(c: dict[str, Any], streams: float) -> float | None:
+    """Variance a cell of `streams` crossed streams adds to a run's lift at one checkpoint, on the scale of the
+    ANOVA's seed SD (per checkpoint, before centring): the error after the stream blocks, s2_e / streams. A run's
+    stream-r block is shared by all its checkpoints and cancels when its curve is centred, as does the baseline."""
+    blocks = c.get("blocks") or {}
+    if not blocks:
+        return None
+    return blocks["sd_blocked"] ** 2 / streams
+
+
+def own_seed_var(c: dict[str, Any]) -> float | None:
+    """The seeds' own variance of a run's centred lift: the seeds-as-replicates ANOVA's seed SD squared, less what
+    this sweep's streams put into a cell (floored at 0); None without an ANOVA or blocks."""
+    an = next((x.get("anova") for x in c.get("frameworks", []) if x.get("anova")), None)
+    noise = _centred_cell_noise(c, c.get("streams") or 0) if c.get("streams") else None
+    if an is None or noise is None:
+        return None
+    return max(0.0, an["seed_sd"] ** 2 - noise)
+
+
+def seed_spread(c: dict[str, Any]) -> dict[str, Any] | None:
+    """The spread between seeds of one framework, from the runs' curves alone (the seed control has no second
+    framework, so no ANOVA): the pooled SD of the runs' centred lifts around their mean centred curve,
+    sqrt(SS / ((n - 1)(K - 1))), the ANOVA's seed SD for one group; and the seeds' own SD once a cell's stream noise
+    (the blocked error / streams) is taken out. None with fewer than 2 runs."""
+    import numpy as np
+
+    lifts = np.array([cv["lifts"] for cv in c.get("curves", {}).values()], dtype=np.float64)
+    if lifts.ndim != 2 or lifts.shape[0] < 2 or lifts.shape[1] < 2:
+        return None
+    n, k = lifts.shape
+    cen = lifts - lifts.mean(axis=1, keepdims=True)
+    sd = float(np.sqrt(((cen - cen.mean(axis=0)) ** 2).sum() / ((n - 1) * (k - 1))))
+    noise = _centred_cell_noise(c, c["streams"]) if c.get("streams") else None
+    own = None if noise is None else max(0.0, sd ** 2 - noise) ** 0.5
+    return {"runs": n, "sd": sd, "sd_own": own, "cell_noise_sd": None if noise is None else noise ** 0.5}
 
 
 def paper_shaped(c: dict[str, Any]) -> dict[str, Any] | None:
     """What a sweep shaped like the paper's (140 games, one stream per checkpoint, 12 checkpoints, 1-3 seeds per
     framework) can decide at this control's measured rho and seed spread (design.detectable for a lift; the seeds'
     test for a framework difference). The seed spread measured here (seed SD of a run's centred lift) holds the
-    noise of a cell of the pilot's streams; that part, from the nested error SD of a stream's lift, is taken out to
-    leave the seeds' own variance, and the paper-shaped stream's noise (rate 0.5: the largest) put in its place."""
+    noise of a cell of this sweep's streams; that part (the error SD after the stream blocks, which is what stays in
+    a centred curve) is taken out to leave the seeds' own variance, and the paper-shaped stream's noise (rate 0.5:
+    the largest; the whole stream variance, as the paper's streams need not be crossed) put in its place."""
     from twinrun.core.compare.design import detectable, stream_variance
 
-    icc, blocks = c.get("icc") or {}, c.get("blocks") or {}
+    icc = c.get("icc") or {}
     an = next((x.get("anova") for x in c.get("frameworks", []) if x.get("anova")), None)
-    if not icc or not blocks or not an:
+    seed_var = own_seed_var(c)
+    if not icc or an is None or seed_var is None:
         return None
     m, k, rho = PAPER["games"], PAPER["checkpoints"], icc["estimate"]
-    k_pilot = len(next(iter(c["curves"].values()))["checkpoints"])
-    cell_noise = blocks["sd_nested"] ** 2 * (1 - 1 / k_pilot) / c["streams"]
-    seed_var = max(0.0, an["seed_sd"] ** 2 - cell_noise)
     v = stream_variance(m, rho, 0.5)
     return {
         "lift": detectable(rho, 1, m), "lift_ci": [detectable(r, 1, m) for r in icc["ci"]],
         "lift_independent": detectable(0.0, 1, m), "seed_sd": an["seed_sd"], "seed_sd_own": seed_var ** 0.5,
         "framework": {n: _framework_mde(seed_var, v, n, k) for n in PAPER["seeds"]},
     }
+
+
+BUDGET_SEEDS = (3, 4, 6, 8, 12)  # seeds per framework a verdict's budget is sized for
+BUDGET_STREAMS = (4, 8, 16, 32, 64, 128)  # streams per checkpoint tried, at the control's games per stream
+BUDGET_DRAWS = 100  # Monte Carlo draws per (seeds, streams); seeded: the budget is reproducible
+BUDGET_POWER = 0.8
+# what each budget asks the framework verdict for: the negative control's truth is one curve ("agree"); the positive
+# control's is two (a difference of shape: "shapes differ", or "co-move, profiles differ" where the slower curve
+# still rises: both claim that the centred curves differ)
+WANTED = {"agree": ("shapes agree",), "differ": ("shapes differ", "co-move, profiles differ")}
+
+
+def verdict_budget(c: dict[str, Any], want: str) -> dict[str, Any] | None:
+    """The budget at which compare's framework verdict says `want` ("agree" or "differ", WANTED) with probability
+    BUDGET_POWER when the truth is this control's: for "agree" both frameworks follow its mean centred curve; for
+    "differ" each framework follows its own group's mean centred curve, as measured. For each number of seeds per
+    framework, the fewest streams per checkpoint (at this control's games per stream) that reach it, by Monte Carlo
+    through compare's own framework decision (frameworks._framework_pair, default settings). A run's lift at a
+    checkpoint is drawn around its framework's curve with the seeds' own variance plus what its cell of streams adds
+    (the blocked error / streams), both measured here. None without an ANOVA, blocks or two groups."""
+    import numpy as np
+
+    from twinrun.core.compare import CompareSettings
+    from twinrun.core.compare.curves import Curve
+    from twinrun.core.compare.frameworks import _framework_pair
+
+    own = own_seed_var(c)
+    groups = c.get("groups") or {}
+    if own is None or len(groups) != 2:
+        return None
+    fa, fb = sorted(groups)
+
+    def centred_mean(runs: list[str]) -> np.ndarray:
+        return np.mean([np.asarray(c["curves"][r]["lifts"]) - np.mean(c["curves"][r]["lifts"]) for r in runs], axis=0)
+
+    runs_of = {f: [g["run"] for g in groups[f]] for f in (fa, fb)}
+    if want == "agree":
+        shared = centred_mean(runs_of[fa] + runs_of[fb])
+        truth = {fa: shared, fb: shared}
+    else:
+        truth = {f: centred_mean(runs_of[f]) for f in (fa, fb)}
+    k = truth[fa].size
+    steps = np.asarray(c["curves"][runs_of[fa][0]]["checkpoints"])
+    settings = CompareSettings()
+    rng = np.random.default_rng(20261203)
+
+    def p_hit(n: int, streams: int) -> float:
+        sd = (own + _centred_cell_noise(c, streams)) ** 0.5
+        hits = 0
+        for _ in range(BUDGET_DRAWS):
+            made = {f: [Curve(run=f"{f}{i}", steps=steps, arm_idx=np.arange(k), lifts=truth[f] + rng.normal(0, sd, k),
+                              boot=np.zeros((1, k)), reliability=1.0, framework=f, seed=i) for i in range(n)]
+                    for f in (fa, fb)}
+            hits += _framework_pair(fa, made[fa], fb, made[fb], [], settings).get("verdict") in WANTED[want]
+        return hits / BUDGET_DRAWS
+
+    games = c["games_per_stream"]
+    rows = []
+    for n in BUDGET_SEEDS:
+        found: dict[str, Any] = {"streams": None, "p": None}
+        for r in BUDGET_STREAMS:
+            ph = p_hit(n, r)
+            if ph >= BUDGET_POWER:
+                found = {"streams": r, "p": ph}
+                break
+        episodes = None if found["streams"] is None else int(round((2 * n * k + 1) * found["streams"] * games))
+        rows.append({"seeds": n, **found, "episodes": episodes})
+    n_here, r_here = min(len(runs_of[fa]), len(runs_of[fb])), int(c["streams"])
+    return {"want": want, "delta": settings.delta, "power": BUDGET_POWER, "draws": BUDGET_DRAWS,
+            "seed_sd_own": own ** 0.5, "rows": rows,
+            "here": {"seeds": n_here, "streams": r_here, "p": p_hit(n_here, r_here)}}
 
 
 def findings(data_root: Path = DATA) -> dict[str, Any]:
@@ -172,7 +285,8 @@ def findings(data_root: Path = DATA) -> dict[str, Any]:
         data = data_root / name
         if not (data / "sweep.json").is_file():
             continue
-        res = compare([str(data)], "baseline", CompareSettings())
+        groups = tuple((run, fw, seed) for run, (fw, seed) in CONTROLS[name].get("groups", {}).items())
+        res = compare([str(data)], "baseline", CompareSettings(groups=groups))
         st = res["streams"]
         fw = res["frameworks"]
         out[name] = {
@@ -192,6 +306,8 @@ def findings(data_root: Path = DATA) -> dict[str, Any]:
             "cost": cost(data),
         }
         out[name]["paper"] = paper_shaped(out[name])
+        out[name]["budget"] = verdict_budget(out[name], CONTROLS[name]["budget"]) if CONTROLS[name].get("budget") else None
+        out[name]["seed_spread"] = seed_spread(out[name]) if CONTROLS[name].get("seed_spread") else None
     return out
 
 
@@ -246,6 +362,24 @@ def render(f: dict[str, Any]) -> str:
                          f"pp if its games were independent); a difference between two frameworks' centred curves at "
                          f"one checkpoint of {fw} (seed SD of a run's centred lift {100 * ps['seed_sd']:.1f} pp here, "
                          f"{100 * ps['seed_sd_own']:.1f} pp once this sweep's stream noise is taken out)")
+        sp = c.get("seed_spread")
+        if sp:
+            lines.append(f"- seed spread: SD of a run's centred lift between the {sp['runs']} seeds {100 * sp['sd']:.1f} pp "
+                         f"(pooled over checkpoints); a cell's stream noise {100 * sp['cell_noise_sd']:.1f} pp of it, the "
+                         f"seeds' own {100 * sp['sd_own']:.1f} pp")
+        ag = c.get("budget")
+        if ag:
+            reach = "; ".join(f"{r['seeds']} seeds per framework: " + (
+                f"{r['streams']} streams ({r['episodes']:,} sweep episodes, P {r['p']:.2f})"
+                if r["streams"] else f"not within {BUDGET_STREAMS[-1]} streams") for r in ag["rows"])
+            truth = ("both frameworks follow this control's mean centred curve" if ag["want"] == "agree"
+                     else "each group follows its own mean centred curve as measured")
+            margin = f" (margin +-{100 * ag['delta']:.0f} pp)" if ag["want"] == "agree" else ""
+            lines.append(f"- the budget at which the framework verdict says \"{ag['want']}\"{margin} with probability "
+                         f"{ag['power']:.1f} when {truth} (seeds' own SD {100 * ag['seed_sd_own']:.1f} pp, stream noise "
+                         f"as measured; {ag['draws']} draws through compare's decision, {c['games_per_stream']:.0f} "
+                         f"games per stream): {reach}; this control's own design ({ag['here']['seeds']} seeds, "
+                         f"{ag['here']['streams']} streams): P {ag['here']['p']:.2f}")
         k = c["cost"]
         lines.append(f"- cost: {k['sweep_episodes']:,} sweep episodes ({k['sweep_s'] / 60:.0f} min of game play), "
                      f"{k['train_episodes']:,} training episodes ({k['train_s'] / 60:.0f} min of training steps)")

@@ -463,9 +463,9 @@ def test_final_vs_peak_false_positives_on_flat_truth_stay_nominal() -> None:
 @pytest.mark.slow
 def test_profile_anova_is_calibrated_when_seeds_differ() -> None:
     """Frameworks with the same truth, 3 seeds each, seed-level profiles on top of sampling noise: the framework x
-    checkpoint F-test (seeds as the reference) rejects at most at alpha. (Its degrees of freedom carry the
-    Greenhouse-Geisser epsilon, estimated from 4 seed df for 8 checkpoints: conservative under sphericity, 0.6%
-    here, the price of staying at alpha when seed curves drift; uncorrected it was 4.5%.)"""
+    checkpoint F-test (seeds as the reference) rejects at most at alpha. (Its degrees of freedom carry the mean of
+    the Greenhouse-Geisser and Huynh-Feldt epsilons, estimated from 4 seed df for 8 checkpoints: 2.2% here; GG
+    alone, bounded by the covariance's rank, gave 0.6%; uncorrected it was 4.5%.)"""
     from twinrun.core.compare import shape
 
     rng = np.random.default_rng(0)
@@ -587,9 +587,11 @@ def test_many_pairs_of_flat_runs_make_a_claim_at_about_alpha() -> None:
 
 @pytest.mark.slow
 def test_profile_anova_is_calibrated_when_seed_curves_drift() -> None:
-    """Seeds whose curves drift (a random walk over checkpoints: neighbouring checkpoints correlated, so the
-    checkpoints' covariance is not spherical): the uncorrected split-plot F rejects too often (the issue measured
-    13.7%); with the Greenhouse-Geisser / Huynh-Feldt degrees of freedom it stays at about alpha."""
+    """Seeds whose curves drift (a random walk over checkpoints with little noise: neighbouring checkpoints
+    correlated, so the checkpoints' covariance is not spherical; the hardest case measured): the uncorrected
+    split-plot F rejects too often (the issue measured 13.7%); with the mean of the Greenhouse-Geisser and
+    Huynh-Feldt epsilons it stays within the 7% twinrun states for a false "differ" (6.3% here; GG alone 3.7%, at
+    half the power where seeds are fewer than checkpoints: the next test)."""
     from twinrun.core.compare import shape
 
     rng = np.random.default_rng(1)
@@ -602,8 +604,30 @@ def test_profile_anova_is_calibrated_when_seed_curves_drift() -> None:
         raw += res["p_uncorrected"] < 0.05
     mc = 2 * np.sqrt(0.05 * 0.95 / draws)
     print(f"\ndrifting seeds: corrected {hits / draws:.3f}, uncorrected {raw / draws:.3f}")
-    assert hits / draws <= 0.05 + mc
+    assert hits / draws <= 0.07
     assert raw / draws > 0.08
+
+
+@pytest.mark.slow
+def test_profile_anova_keeps_its_power_with_fewer_seeds_than_checkpoints() -> None:
+    """3 seeds per framework, 8 checkpoints, sampling noise of sd 4.8 pp (the controls' measured seed SD): the seeds'
+    covariance has rank 4 < 7, which bounds Greenhouse-Geisser's epsilon at 4/7 whatever the truth. Under
+    sphericity the test must not collapse far below alpha (GG alone: 0.6%), and a linear difference of 16 pp from
+    the first checkpoint to the last (about the real controls' lr / 10 against lr) must be found in about half the
+    draws (GG alone: 30%; the mean of GG and HF: 52%; docs/compare.md)."""
+    from twinrun.core.compare import shape
+
+    rng = np.random.default_rng(2)
+    draws, k = 2000, 8
+    trend = 0.16 * np.linspace(-0.5, 0.5, k)
+    null = power = 0
+    for _ in range(draws):
+        null += shape.profile_anova({f: rng.normal(0, 0.048, (3, k)) for f in ("trl", "verl")})["p_value"] < 0.05
+        power += shape.profile_anova({"trl": rng.normal(0, 0.048, (3, k)),
+                                      "verl": rng.normal(0, 0.048, (3, k)) + trend})["p_value"] < 0.05
+    print(f"\nsphericity: size {null / draws:.3f}, power at 16 pp {power / draws:.3f}")
+    assert 0.015 <= null / draws <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / draws)
+    assert power / draws >= 0.45
 
 
 def test_a_demo_shaped_sweep_is_told_streams_at_its_own_games_per_stream(tmp_path: Path) -> None:
