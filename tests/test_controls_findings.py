@@ -4,6 +4,7 @@ function. A change to compare that moves a finding turns this red; so does an ed
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -17,11 +18,17 @@ def _analyse():
     return mod
 
 
+@functools.cache
+def _findings():
+    """The committed controls through compare, once per session (the verdict budgets' Monte Carlo takes a minute)."""
+    return _analyse().findings()
+
+
 def test_findings_page_is_recomputed_from_the_committed_rows():
     an = _analyse()
     block = an.doc_block((ROOT / "docs" / "findings.md").read_text(encoding="utf-8"))
     assert block is not None, "docs/findings.md: the generated findings block's markers are missing"
-    assert block == an.render(an.findings()), (
+    assert block == an.render(_findings()), (
         "docs/findings.md disagrees with the committed control rows (fix: python experiments/controls/analyse.py "
         "findings --write, and say in the page what moved)")
 
@@ -43,7 +50,7 @@ def test_the_rho_a_one_stream_report_quotes_is_the_pilots():
     pilot's as compare computes it from the committed rows, interval and stream length included."""
     from twinrun.core.compare import reference as ref
 
-    f = _analyse().findings()[ref.CONTROL]
+    f = _findings()[ref.CONTROL]
     icc = f["icc"]
     assert round(icc["estimate"], 3) == ref.CONTROLS_ICC
     assert tuple(round(x, 3) for x in icc["ci"]) == ref.CONTROLS_ICC_CI
@@ -56,15 +63,38 @@ def test_streams_doc_quotes_the_sentence_a_one_stream_report_prints():
     assert one_stream_sentence(140) in (ROOT / "docs" / "streams.md").read_text(encoding="utf-8")
 
 
-def test_streams_doc_worked_example_matches_the_pilot():
-    """docs/streams.md's worked example quotes the pilot's paper-shaped framework MDEs and seed spread: they must be
-    what analyse.py computes from the committed rows."""
-    an = _analyse()
-    pilot = an.findings()["pilot"]
-    ps = pilot["paper"]
+def test_streams_doc_worked_example_matches_the_control():
+    """docs/streams.md's worked example quotes the reference control's rho, paper-shaped MDEs and seed spread: they
+    must be what analyse.py computes from the committed rows."""
+    from twinrun.core.compare.reference import CONTROL
+
+    c = _findings()[CONTROL]
+    ps = c["paper"]
     text = " ".join((ROOT / "docs" / "streams.md").read_text(encoding="utf-8").split())
     fw = ps["framework"]
     assert (f"only above {100 * fw[2]:.0f} pp with 2 seeds per framework, {100 * fw[3]:.0f} pp with 3" in text), (
-        "docs/streams.md: the worked example's framework MDEs differ from the pilot's (fix: quote analyse.py's)")
+        "docs/streams.md: the worked example's framework MDEs differ from the control's (fix: quote analyse.py's)")
     assert f"seed SD of a run's centred lift {100 * ps['seed_sd']:.1f} pp" in text
     assert f"{100 * ps['seed_sd_own']:.1f} pp once the streams' noise is taken out" in text
+    icc = c["icc"]
+    assert f"is {icc['estimate']:.3f} [{icc['ci'][0]:.3f}, {icc['ci'][1]:.3f}]" in text
+    assert f"above about {100 * ps['lift']:.0f} pp at 80% power" in text
+    assert f"{icc['deff']:.2f} times as variable" in text
+
+
+def test_a_control_is_a_view_of_the_committed_folder_whole_or_not_at_all(tmp_path):
+    """Each row is committed once (experiments/controls/data/sweep); a control is cut from it with its runs and the
+    baseline only, and not at all when one of its runs is missing."""
+    import json
+
+    an = _analyse()
+    view = an.control_view("seeds", tmp_path / "seeds")
+    assert view is not None
+    arms = json.loads((view / "sweep.json").read_text(encoding="utf-8"))["arms"]
+    assert {a.get("run") for a in arms if a["role"] != "baseline"} == set(an.CONTROLS["seeds"]["runs"])
+    assert sorted(p.stem for p in (view / "arms").glob("*.jsonl")) == sorted(a["arm"] for a in arms)
+    an.CONTROLS["missing"] = {"runs": ["trl-s0", "no-such-run"], "truth": "-"}
+    try:
+        assert an.control_view("missing", tmp_path / "missing") is None
+    finally:
+        del an.CONTROLS["missing"]

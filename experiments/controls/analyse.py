@@ -1,16 +1,19 @@
 """The real-training controls' findings, from their committed rows (issue 40).
 
-Two jobs:
+Three jobs:
 
 * ``python experiments/controls/analyse.py compact --from runs/controls`` copies what the findings rest on out of a
-  controls folder (experiments/controls/controls.py) into ``experiments/controls/data/<control>/``: a sweep folder of
-  that control's runs (sweep.json with their arms and the baseline, one compact row per game: the fields
-  ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl (``metrics/<run>.jsonl``). A few MB in all, so
-  the rows are committed beside the numbers they give.
-* ``python experiments/controls/analyse.py findings`` runs ``twinrun compare``'s own function on each committed
-  control and prints the block docs/findings.md carries between its ``findings:start`` / ``findings:end``
-  markers; ``--write`` puts it there. tests/test_controls_findings.py recomputes the block from the committed rows
-  and fails when it differs, so a change to compare that moves a finding is seen.
+  controls folder (experiments/controls/controls.py) into one sweep folder, ``experiments/controls/data/sweep/``:
+  every run trained and fully swept (sweep.json with their arms and the baseline, one compact row per game: the
+  fields ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl
+  (``metrics/<run>.jsonl``). Each row is stored once (about 7 MB for nine runs), committed beside the numbers it
+  gives; the controls are views of it.
+* ``python experiments/controls/analyse.py view NAME --to DIR`` writes one control as a sweep folder of its own,
+  for ``twinrun compare DIR --baseline baseline`` (its full report).
+* ``python experiments/controls/analyse.py findings`` runs ``twinrun compare``'s own function on each control whose
+  runs are all committed and prints the block docs/findings.md carries between its ``findings:start`` /
+  ``findings:end`` markers; ``--write`` puts it there. tests/test_controls_findings.py recomputes the block from the
+  committed rows and fails when it differs, so a change to compare that moves a finding is seen.
 
 The controls (which runs each one holds):
 
@@ -61,21 +64,27 @@ def compact_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def compact(src: Path, control: str, dst_root: Path = DATA) -> Path | None:
-    """Copy one control's runs out of a controls folder (src: its runs/ and sweep/). None when a run it needs is
-    not swept yet (every arm of it complete), so that a control is committed whole or not at all."""
+def compact(src: Path, dst: Path = DATA / "sweep") -> list[str]:
+    """Copy every run of a controls folder (src: its runs/ and sweep/) that is trained and fully swept (every arm
+    complete) into one compact sweep folder (dst): sweep.json with those runs' arms and the baseline, one compact
+    row per game, each run's metrics.jsonl. The controls are views of it (:func:`control_view`): a row is stored
+    once, whichever controls use it. Returns the runs written."""
     from twinrun.core.records import atomic_write_json, atomic_write_text, read_jsonl
 
-    runs = CONTROLS[control]["runs"]
     plan = json.loads((src / "sweep" / "sweep.json").read_text(encoding="utf-8"))
     n = len(plan["games"])
+    wanted = {r for c in CONTROLS.values() for r in c["runs"]}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for a in plan["arms"]:
+        f = src / "sweep" / "arms" / f"{a['arm']}.jsonl"
+        rows[a["arm"]] = [r for r in read_jsonl(f) if r.get("kind") == "eval"] if f.exists() else []
+    runs = sorted(r for r in wanted
+                  if (src / "runs" / r / "metrics.jsonl").is_file()
+                  and any(a.get("run") == r for a in plan["arms"])
+                  and all(len(rows[a["arm"]]) >= n for a in plan["arms"] if a.get("run") == r))
     arms = [a for a in plan["arms"] if a["role"] == "baseline" or a.get("run") in runs]
-    have = {a.get("run") for a in arms}
-    rows = {a["arm"]: [r for r in read_jsonl(src / "sweep" / "arms" / f"{a['arm']}.jsonl") if r.get("kind") == "eval"]
-            if (src / "sweep" / "arms" / f"{a['arm']}.jsonl").exists() else [] for a in arms}
-    if not set(runs) <= have or any(len(r) < n for r in rows.values()):
-        return None
-    dst = dst_root / control
+    if any(len(rows[a["arm"]]) < n for a in arms if a["role"] == "baseline"):
+        return []
     if dst.exists():
         shutil.rmtree(dst)
     (dst / "arms").mkdir(parents=True)
@@ -83,12 +92,35 @@ def compact(src: Path, control: str, dst_root: Path = DATA) -> Path | None:
     keep = dict(plan, games=[dict(g, path=None) for g in plan["games"]],
                 arms=[dict(a, run_dir=None, checkpoint_path=None, checkpoint_stat=None) for a in arms])
     atomic_write_json(dst / "sweep.json", keep)
-    for arm, rs in rows.items():
-        atomic_write_text(dst / "arms" / f"{arm}.jsonl",
-                          "".join(json.dumps(compact_row(r), sort_keys=True) + "\n" for r in rs))
+    for a in arms:
+        atomic_write_text(dst / "arms" / f"{a['arm']}.jsonl",
+                          "".join(json.dumps(compact_row(r), sort_keys=True) + "\n" for r in rows[a["arm"]]))
     (dst / "metrics").mkdir()  # not runs/: .gitignore keeps run folders out of the repository
     for run in runs:
         shutil.copyfile(src / "runs" / run / "metrics.jsonl", dst / "metrics" / f"{run}.jsonl")
+    return runs
+
+
+def control_view(control: str, dst: Path, data: Path = DATA / "sweep") -> Path | None:
+    """One control as a sweep folder of its own (dst): the committed folder's sweep.json cut to the control's runs
+    and the baseline, their arm files and metrics copied. None when a run it needs is not committed, so that a
+    control is reported whole or not at all."""
+    from twinrun.core.records import atomic_write_json
+
+    if not (data / "sweep.json").is_file():
+        return None
+    runs = CONTROLS[control]["runs"]
+    plan = json.loads((data / "sweep.json").read_text(encoding="utf-8"))
+    arms = [a for a in plan["arms"] if a["role"] == "baseline" or a.get("run") in runs]
+    if not set(runs) <= {a.get("run") for a in arms}:
+        return None
+    (dst / "arms").mkdir(parents=True, exist_ok=True)
+    (dst / "metrics").mkdir(exist_ok=True)
+    atomic_write_json(dst / "sweep.json", dict(plan, arms=arms))
+    for a in arms:
+        shutil.copyfile(data / "arms" / f"{a['arm']}.jsonl", dst / "arms" / f"{a['arm']}.jsonl")
+    for run in runs:
+        shutil.copyfile(data / "metrics" / f"{run}.jsonl", dst / "metrics" / f"{run}.jsonl")
     return dst
 
 
@@ -278,37 +310,44 @@ def verdict_budget(c: dict[str, Any], want: str) -> dict[str, Any] | None:
 
 def findings(data_root: Path = DATA) -> dict[str, Any]:
     """Every committed control through compare (the report's own function and default settings)."""
-    from twinrun.core.compare import CompareSettings, compare
+    import tempfile
 
     out: dict[str, Any] = {}
-    for name in CONTROLS:
-        data = data_root / name
-        if not (data / "sweep.json").is_file():
-            continue
-        groups = tuple((run, fw, seed) for run, (fw, seed) in CONTROLS[name].get("groups", {}).items())
-        res = compare([str(data)], "baseline", CompareSettings(groups=groups))
-        st = res["streams"]
-        fw = res["frameworks"]
-        out[name] = {
-            "truth": CONTROLS[name]["truth"],
-            "runs": sorted(res["runs"]),
-            "games_per_stream": st.get("games_per_stream"),
-            "streams": (st.get("streams_per_cell") or {}).get("min"),
-            "design": st.get("design"),
-            "icc": st.get("icc"),
-            "blocks": st.get("blocks"),
-            "frameworks": fw.get("comparisons", []),
-            "groups": fw.get("groups"),
-            "pairs": [{k: p.get(k) for k in ("a", "b", "relation", "verdict", "reason", "pearson")}
-                      | {"interaction_p": (p.get("interaction") or {}).get("p_value")} for p in res["pairs"]],
-            "curves": {r: {"checkpoints": c["checkpoints"], "lifts": c["lifts"]} for r, c in sorted(res["runs"].items())},
-            "baseline_rate": res["baseline"]["success_rate"],
-            "cost": cost(data),
-        }
-        out[name]["paper"] = paper_shaped(out[name])
-        out[name]["budget"] = verdict_budget(out[name], CONTROLS[name]["budget"]) if CONTROLS[name].get("budget") else None
-        out[name]["seed_spread"] = seed_spread(out[name]) if CONTROLS[name].get("seed_spread") else None
+    with tempfile.TemporaryDirectory(prefix="controls-") as tmp:
+        for name in CONTROLS:
+            data = control_view(name, Path(tmp) / name, data_root / "sweep")
+            if data is not None:
+                out[name] = _control_findings(name, data)
     return out
+
+
+def _control_findings(name: str, data: Path) -> dict[str, Any]:
+    """One control's sweep folder (a :func:`control_view`) through compare, and what is derived from it."""
+    from twinrun.core.compare import CompareSettings, compare
+
+    groups = tuple((run, fw, seed) for run, (fw, seed) in CONTROLS[name].get("groups", {}).items())
+    res = compare([str(data)], "baseline", CompareSettings(groups=groups))
+    st, fw = res["streams"], res["frameworks"]
+    c: dict[str, Any] = {
+        "truth": CONTROLS[name]["truth"],
+        "runs": sorted(res["runs"]),
+        "games_per_stream": st.get("games_per_stream"),
+        "streams": (st.get("streams_per_cell") or {}).get("min"),
+        "design": st.get("design"),
+        "icc": st.get("icc"),
+        "blocks": st.get("blocks"),
+        "frameworks": fw.get("comparisons", []),
+        "groups": fw.get("groups"),
+        "pairs": [{k: p.get(k) for k in ("a", "b", "relation", "verdict", "reason", "pearson")}
+                  | {"interaction_p": (p.get("interaction") or {}).get("p_value")} for p in res["pairs"]],
+        "curves": {r: {"checkpoints": cv["checkpoints"], "lifts": cv["lifts"]} for r, cv in sorted(res["runs"].items())},
+        "baseline_rate": res["baseline"]["success_rate"],
+        "cost": cost(data),
+    }
+    c["paper"] = paper_shaped(c)
+    c["budget"] = verdict_budget(c, CONTROLS[name]["budget"]) if CONTROLS[name].get("budget") else None
+    c["seed_spread"] = seed_spread(c) if CONTROLS[name].get("seed_spread") else None
+    return c
 
 
 def render(f: dict[str, Any]) -> str:
@@ -399,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compact")
     c.add_argument("--from", dest="src", type=Path, default=ROOT / "runs" / "controls")
+    v = sub.add_parser("view", help="one control as a sweep folder of its own, for twinrun compare")
+    v.add_argument("name", choices=list(CONTROLS))
+    v.add_argument("--to", type=Path, required=True)
     f = sub.add_parser("findings")
     f.add_argument("--write", action="store_true", help="put the block into docs/findings.md")
     a = ap.parse_args(argv)
@@ -406,9 +448,22 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.src / "sweep" / "sweep.json").is_file():
             print(f"--from: {str(a.src)!r} holds no controls sweep (fix: the --out of controls.py)", file=sys.stderr)
             return 2
-        for name in CONTROLS:
-            dst = compact(a.src, name)
-            print(f"{name}: " + (f"written to {dst}" if dst else "not every run of it is trained and swept yet"))
+        runs = compact(a.src)
+        print(f"{DATA / 'sweep'}: {len(runs)} run(s) trained and swept: {', '.join(runs) or 'none'}")
+        with __import__("tempfile").TemporaryDirectory() as tmp:
+            for name in CONTROLS:
+                ok = control_view(name, Path(tmp) / name) is not None
+                print(f"  {name}: " + ("complete" if ok else "not every run of it is trained and swept yet"))
+        return 0
+    if a.cmd == "view":
+        if a.to.exists() and any(a.to.iterdir()):
+            print(f"--to: {str(a.to)!r} is not empty (fix: a new folder)", file=sys.stderr)
+            return 2
+        if control_view(a.name, a.to) is None:
+            print(f"{a.name}: not every run of it is committed under {DATA / 'sweep'} (fix: analyse.py compact "
+                  "--from the controls folder)", file=sys.stderr)
+            return 2
+        print(f"{a.to}: the {a.name} control as a sweep folder (twinrun compare {a.to} --baseline baseline)")
         return 0
     block = render(findings())
     if not a.write:

@@ -40,6 +40,14 @@ RUNS: dict[str, tuple[str, int, list[str]]] = {
     "trlslow-s1": ("trl", 1, [f"optimizer.lr={SLOW_LR}"]),
     "verl-s2": ("verl", 2, []),
     "trlslow-s2": ("trl", 2, [f"optimizer.lr={SLOW_LR}"]),
+    # the positive control at 3 seeds per group had power 0.42 for its measured difference (docs/findings.md); at 6
+    # seeds per group and the same 4 streams, 0.92: three more seeds of each group
+    "verl-s3": ("verl", 3, []),
+    "trlslow-s3": ("trl", 3, [f"optimizer.lr={SLOW_LR}"]),
+    "verl-s4": ("verl", 4, []),
+    "trlslow-s4": ("trl", 4, [f"optimizer.lr={SLOW_LR}"]),
+    "verl-s5": ("verl", 5, []),
+    "trlslow-s5": ("trl", 5, [f"optimizer.lr={SLOW_LR}"]),
 }
 PILOT = ["trl-s0", "verl-s0", "trl-s1", "verl-s1"]
 

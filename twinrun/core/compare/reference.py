@@ -2,9 +2,10 @@
 
 With one stream per arm (a paper's table, an old sweep) the intra-stream correlation rho is not estimable, so the
 report cannot say how wide a checkpoint's lift really is. It quotes instead the rho twinrun measured on real
-trainings (the controls' pilot: TRL and verl runs of experiments/learn-cpu.yaml, crossed streams; docs/findings.md)
-and says what that rho would mean for this sweep: the smallest lift one stream of its length detects. The numbers
-below are the pilot's as `compare` computes them from the committed rows (experiments/controls/data/pilot);
+trainings (the negative control: TRL and verl runs of experiments/learn-cpu.yaml, three seeds each, crossed
+streams; docs/findings.md) and says what that rho would mean for this sweep: the smallest lift one stream of its
+length detects. The numbers
+below are that control's as `compare` computes them from the committed rows (experiments/controls/data/sweep);
 tests/test_controls_findings.py holds them equal, so a change to compare or to the rows that moves them turns red.
 
 Caveat said with the numbers: rho was measured at 32-game streams of a tiny curator and a scripted executor, and a
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 from twinrun.core.compare.design import detectable
 
-CONTROLS_ICC = 0.042
-CONTROLS_ICC_CI = (0.025, 0.067)
-CONTROLS_GAMES_PER_STREAM = 32  # the stream length rho was measured at (the pilot's 32 held-out games)
-CONTROL = "pilot"
+CONTROLS_ICC = 0.031
+CONTROLS_ICC_CI = (0.019, 0.048)
+CONTROLS_GAMES_PER_STREAM = 32  # the stream length rho was measured at (the controls' 32 held-out games)
+CONTROL = "negative"  # six runs of one algorithm (TRL and verl, three seeds each): the most rows of one truth
 
 
 def one_stream_sentence(games: float, rate: float = 0.5) -> str:
