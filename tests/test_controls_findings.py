@@ -98,3 +98,24 @@ def test_a_control_is_a_view_of_the_committed_folder_whole_or_not_at_all(tmp_pat
         assert an.control_view("missing", tmp_path / "missing") is None
     finally:
         del an.CONTROLS["missing"]
+
+
+def test_the_pages_prose_numbers_are_the_blocks():
+    """The table and the prose above the generated block quote its verdicts, p-values, powers, budgets and the
+    driver's summed timings (experiments/controls/data/driver-timings.txt): each quoted number is recomputed here."""
+    import re
+
+    f = _findings()
+    text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    neg, pos = f["negative"], f["positive"]
+    p_neg, p_pos = (c["frameworks"][0]["interaction"]["p_value"] for c in (neg, pos))
+    assert f"no evidence either way (p {p_neg:.2f}): not \"differ\"" in text and neg["frameworks"][0]["verdict"] != "shapes differ"
+    assert f"no evidence either way (p {p_pos:.2f}): **not yet**" in text
+    first = next(r for r in neg["budget"]["rows"] if r["streams"])
+    assert f"\"agree\" needs {first['seeds']} seeds x {first['streams']} streams" in text
+    six = next(r for r in pos["budget"]["rows"] if r["seeds"] == 6)
+    assert f"this design's power for it was {pos['budget']['here']['p']:.2f}, 6 seeds per group give {six['p']:.2f}" in text
+    lines = (ROOT / "experiments" / "controls" / "data" / "driver-timings.txt").read_text(encoding="utf-8").splitlines()
+    secs = {kind: sum(int(m.group(2)) for ln in lines if (m := re.search(r"\] (train|sweep) .* done in (\d+) s$", ln))
+                      and m.group(1) == kind) for kind in ("train", "sweep")}
+    assert f"training took {secs['train']:,} s" in text and f"their sweeps {secs['sweep']:,} s" in text
