@@ -30,6 +30,7 @@ import argparse
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -186,32 +187,43 @@ def _centred_cell_noise(c: dict[str, Any], streams: float) -> float | None:
     return blocks["sd_blocked"] ** 2 / streams
 
 
+def _anova(c: dict[str, Any]) -> dict[str, Any] | None:
+    """The control's seeds-as-replicates ANOVA (its framework comparison's), or None with one framework."""
+    return next((x.get("anova") for x in c.get("frameworks", []) if x.get("anova")), None)
+
+
+def _less_stream_noise(sd: float, c: dict[str, Any]) -> float | None:
+    """A seed SD of a run's centred lift with this sweep's stream noise in a cell taken out: the seeds' own variance
+    (floored at 0); None without blocks or streams."""
+    noise = _centred_cell_noise(c, c["streams"]) if c.get("streams") else None
+    return None if noise is None else max(0.0, sd ** 2 - noise)
+
+
 def own_seed_var(c: dict[str, Any]) -> float | None:
     """The seeds' own variance of a run's centred lift: the seeds-as-replicates ANOVA's seed SD squared, less what
     this sweep's streams put into a cell (floored at 0); None without an ANOVA or blocks."""
-    an = next((x.get("anova") for x in c.get("frameworks", []) if x.get("anova")), None)
-    noise = _centred_cell_noise(c, c.get("streams") or 0) if c.get("streams") else None
-    if an is None or noise is None:
-        return None
-    return max(0.0, an["seed_sd"] ** 2 - noise)
+    an = _anova(c)
+    return None if an is None else _less_stream_noise(an["seed_sd"], c)
 
 
 def seed_spread(c: dict[str, Any]) -> dict[str, Any] | None:
     """The spread between seeds of one framework, from the runs' curves alone (the seed control has no second
-    framework, so no ANOVA): the pooled SD of the runs' centred lifts around their mean centred curve,
-    sqrt(SS / ((n - 1)(K - 1))), the ANOVA's seed SD for one group; and the seeds' own SD once a cell's stream noise
-    (the blocked error / streams) is taken out. None with fewer than 2 runs."""
+    framework, so no ANOVA): the seed SD of a run's centred lift as the ANOVA's error term computes it for one group
+    (shape.seed_profile_ss), and the seeds' own SD once a cell's stream noise is taken out. None with fewer than 2
+    runs."""
     import numpy as np
+
+    from twinrun.core.compare.shape import seed_profile_ss
 
     lifts = np.array([cv["lifts"] for cv in c.get("curves", {}).values()], dtype=np.float64)
     if lifts.ndim != 2 or lifts.shape[0] < 2 or lifts.shape[1] < 2:
         return None
-    n, k = lifts.shape
-    cen = lifts - lifts.mean(axis=1, keepdims=True)
-    sd = float(np.sqrt(((cen - cen.mean(axis=0)) ** 2).sum() / ((n - 1) * (k - 1))))
+    ss, df = seed_profile_ss({"one": lifts})
+    sd = (ss / df) ** 0.5
+    own = _less_stream_noise(sd, c)
     noise = _centred_cell_noise(c, c["streams"]) if c.get("streams") else None
-    own = None if noise is None else max(0.0, sd ** 2 - noise) ** 0.5
-    return {"runs": n, "sd": sd, "sd_own": own, "cell_noise_sd": None if noise is None else noise ** 0.5}
+    return {"runs": lifts.shape[0], "sd": sd, "sd_own": None if own is None else own ** 0.5,
+            "cell_noise_sd": None if noise is None else noise ** 0.5}
 
 
 def paper_shaped(c: dict[str, Any]) -> dict[str, Any] | None:
@@ -224,7 +236,7 @@ def paper_shaped(c: dict[str, Any]) -> dict[str, Any] | None:
     from twinrun.core.compare.design import detectable, stream_variance
 
     icc = c.get("icc") or {}
-    an = next((x.get("anova") for x in c.get("frameworks", []) if x.get("anova")), None)
+    an = _anova(c)
     seed_var = own_seed_var(c)
     if not icc or an is None or seed_var is None:
         return None
@@ -310,8 +322,6 @@ def verdict_budget(c: dict[str, Any], want: str) -> dict[str, Any] | None:
 
 def findings(data_root: Path = DATA) -> dict[str, Any]:
     """Every committed control through compare (the report's own function and default settings)."""
-    import tempfile
-
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="controls-") as tmp:
         for name in CONTROLS:
@@ -450,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         runs = compact(a.src)
         print(f"{DATA / 'sweep'}: {len(runs)} run(s) trained and swept: {', '.join(runs) or 'none'}")
-        with __import__("tempfile").TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp:
             for name in CONTROLS:
                 ok = control_view(name, Path(tmp) / name) is not None
                 print(f"  {name}: " + ("complete" if ok else "not every run of it is trained and swept yet"))

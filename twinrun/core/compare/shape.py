@@ -132,6 +132,17 @@ def sphericity_epsilon(cov: np.ndarray, n_subjects: int, n_groups: int) -> dict[
     return {"greenhouse_geisser": gg, "huynh_feldt": hf, "mean_gg_hf": (gg + hf) / 2}
 
 
+def seed_profile_ss(curves: dict[str, np.ndarray]) -> tuple[float, int]:
+    """The seeds' sum of squares around their group's mean profile and its df: each run's curve centred (its level
+    removed), SS = sum over groups and runs of (centred - group mean centred)^2, df = (N - groups)(K - 1).
+    curves: group -> lifts[n_runs, K]. sqrt(SS / df) is the seed SD of a run's centred lift (one group: the seed
+    control's spread; several: profile_anova's error term)."""
+    k = next(iter(curves.values())).shape[1]
+    cen = {f: c - c.mean(axis=1, keepdims=True) for f, c in curves.items()}
+    ss = sum(float(((c - c.mean(axis=0)) ** 2).sum()) for c in cen.values())
+    return ss, (sum(c.shape[0] for c in cen.values()) - len(cen)) * (k - 1)
+
+
 def profile_anova(curves: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """Do the frameworks' checkpoint profiles differ by more than their seeds' profiles do?
 
@@ -146,8 +157,8 @@ def profile_anova(curves: dict[str, np.ndarray]) -> dict[str, Any] | None:
     0-1.2% of same-truth comparisons at alpha 5% under sphericity with 2-4 seeds per framework, at about half the
     power of the mean's; HF alone rejected up to 8.6% when seed curves drift as a random walk with little noise. The
     mean: 5.1-5.8% there (6.3% in the slow test's draws), 1.5-2.6% under sphericity (bench/sphericity_correction.py,
-    docs/compare.md). Needs >= 2 frameworks, >= 2 seeds in one. Returns {"statistic", "df1", "df2" (uncorrected), "epsilon", "epsilon_method", "p_value" (corrected),
-    "p_uncorrected", "seed_sd"} (seed_sd: the within-framework sd of a centred lift, sampling noise included) or
+    docs/compare.md). Needs >= 2 frameworks, >= 2 seeds in one. Returns {"statistic", "df1", "df2" (uncorrected),
+    "epsilon", "epsilon_method", "epsilons", "p_value" (corrected), "p_uncorrected", "seed_sd"} (seed_sd: the within-framework sd of a centred lift, sampling noise included) or
     None.
     """
     names = sorted(curves)
@@ -163,7 +174,7 @@ def profile_anova(curves: dict[str, np.ndarray]) -> dict[str, Any] | None:
     means = {f: c.mean(axis=0) for f, c in cen.items()}
     grand = sum(cen[f].shape[0] * means[f] for f in names) / n_runs
     ss_b = sum(cen[f].shape[0] * float(((means[f] - grand) ** 2).sum()) for f in names)
-    ss_w = sum(float(((cen[f] - means[f]) ** 2).sum()) for f in names)
+    ss_w, _ = seed_profile_ss(curves)
     if ss_w <= 0:
         return None
     f_stat = (ss_b / df1) / (ss_w / df2)
