@@ -119,3 +119,28 @@ def test_the_pages_prose_numbers_are_the_blocks():
     secs = {kind: sum(int(m.group(2)) for ln in lines if (m := re.search(r"\] (train|sweep) .* done in (\d+) s$", ln))
                       and m.group(1) == kind) for kind in ("train", "sweep")}
     assert f"training took {secs['train']:,} s" in text and f"their sweeps {secs['sweep']:,} s" in text
+
+
+def test_the_pages_figures_are_compares_plots_of_the_controls(tmp_path, monkeypatch):
+    """Each control that compares frameworks links its figure (compare's framework-curves plot of its view), the
+    figure is committed, and what the plot draws is the control's mean curves as the block states them."""
+    import re
+
+    from twinrun.core.compare import plots
+
+    an = _analyse()
+    f = _findings()
+    text = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\((img/controls-[\w-]+\.png)\)", text))
+    want = {an.figure_path(n).relative_to(ROOT / "docs").as_posix() for n, c in f.items()
+            if any(x.get("checkpoints") for x in c["frameworks"])}
+    assert linked == want and want, "docs/findings.md: a control's figure link is missing or stale"
+    for rel in linked:
+        assert (ROOT / "docs" / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"docs/{rel}: not committed (fix: findings --write)"
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
+    res = an.compare_control("negative", an.control_view("negative", tmp_path / "negative"))
+    plots.plot_framework_curves(res, tmp_path / "negative.png")
+    (cmp,) = f["negative"]["frameworks"]
+    thick = [list(ln.get_ydata()) for ln in saved[0].axes[0].get_lines() if ln.get_linewidth() > 2]
+    assert thick == [[100 * v for v in cmp["mean_curve_a"]], [100 * v for v in cmp["mean_curve_b"]]]

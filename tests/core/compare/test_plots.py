@@ -85,3 +85,57 @@ def test_report_states_notes_under_the_title(result: dict, tmp_path: Path) -> No
     text = write_report(result, tmp_path / "r", notes=[note], title="t").read_text()
     assert text.startswith("# t\n\n" + note + "\n\nSource:") and "0.4 + 0.6 x relevance" in note
     assert "skill-blind" in stand_in_note(0.6, 0.0)
+
+
+@pytest.fixture(scope="module")
+def seeded() -> dict:
+    """Two frameworks x 3 seeds: the framework comparison has curves (>= 2 seeds each)."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    shapes = {f"{fw}-s{s}": list(np.asarray(SHAPE) * sign + rng.normal(0, 0.3, len(SHAPE)))
+              for fw, sign in (("trl", 1.0), ("verl", -1.0)) for s in range(3)}
+    table = synthetic_game_table(shapes, seed=3)
+    for arm in table.arms:
+        if arm.run is not None:
+            arm.framework, arm.seed = arm.run.split("-s")[0], int(arm.run.split("-s")[1])
+    return compare_games(table, "baseline", CompareSettings(n_boot=300))
+
+
+def test_framework_band_is_the_centred_difference_of_the_means(seeded: dict) -> None:
+    """compare.json's framework equivalence carries what its verdict decides on: the difference of the centred mean
+    curves and its pointwise band (as a run pair's does), so a plot or a reader need not recompute it."""
+    import numpy as np
+
+    (c,) = seeded["frameworks"]["comparisons"]
+    la, lb = np.asarray(c["mean_curve_a"]), np.asarray(c["mean_curve_b"])
+    eq = c["equivalence"]
+    assert eq["difference"] == pytest.approx(list((la - la.mean()) - (lb - lb.mean())))
+    assert len(eq["band"]) == len(c["checkpoints"])
+    assert all(lo < d < hi for d, (lo, hi) in zip(eq["difference"], eq["band"]))
+    assert max(max(abs(lo), abs(hi)) for lo, hi in eq["band"]) == pytest.approx(eq["half_width_max"])
+
+
+def test_framework_curves_draw_the_means_and_the_band(seeded: dict, tmp_path: Path, monkeypatch) -> None:
+    (c,) = plots.framework_comparisons(seeded)
+    p = plots.plot_framework_curves(seeded, tmp_path / "fw.png")
+    assert p.read_bytes()[:8] == PNG
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or Path(path))
+    plots.plot_framework_curves(seeded, tmp_path / "fw.png")
+    left, right = saved[0].axes
+    thick = [ln for ln in left.get_lines() if ln.get_linewidth() > 2]
+    assert [list(ln.get_ydata()) for ln in thick] == [
+        pytest.approx([100 * v for v in c["mean_curve_a"]]), pytest.approx([100 * v for v in c["mean_curve_b"]])]
+    seeds = [ln for ln in left.get_lines() if ln.get_linewidth() < 1 and len(ln.get_ydata()) == len(c["checkpoints"])]
+    assert len(seeds) == 6  # each seed's own curve
+    diff = next(ln for ln in right.get_lines() if ln.get_color() == "black")
+    assert list(diff.get_ydata()) == pytest.approx([100 * v for v in c["equivalence"]["difference"]])
+
+
+def test_report_shows_framework_curves_only_with_seeds(result: dict, seeded: dict, tmp_path: Path) -> None:
+    text = write_report(seeded, tmp_path / "seeded").read_text()
+    assert "figures/framework_curves.png" in text
+    assert (tmp_path / "seeded" / "figures" / "framework_curves.png").read_bytes()[:8] == PNG
+    text = write_report(result, tmp_path / "single").read_text()  # one run per framework: nothing to draw
+    assert "framework_curves.png" not in text and not (tmp_path / "single" / "figures" / "framework_curves.png").exists()

@@ -4,6 +4,9 @@
   band, the baseline's own uncertainty as a grey band around 0, and significance markers (filled: significant
   after Holm within its family; hollow: nominal p < alpha only).
 - :func:`plot_peak_distribution`: the bootstrap distribution of each run's peak checkpoint.
+- :func:`plot_framework_curves`: per pair of frameworks, every run's lift coloured by framework with each
+  framework's mean curve, beside the difference of the centred mean curves with its pointwise 90% band and the
+  equivalence margin: what the framework verdict decides on.
 - :func:`plot_transfer`: lift per checkpoint on one executor against the other (a comparison across executors).
 - :func:`plot_training_dynamics`: reward terms, entropy, KL, grad norm, positions measured and executor calls
   per step, from each run's `metrics.jsonl` (one line per run/backend).
@@ -110,6 +113,64 @@ def plot_peak_distribution(result: Mapping[str, Any], path: str | Path) -> Path:
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_title("Bootstrap distribution of the peak checkpoint (share of resamples)", fontsize=9)
     axes[-1].set_xlabel("checkpoint (training step)")
+    return _save(fig, path)
+
+
+def framework_comparisons(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The framework comparisons of a compare result that have curves to draw (>= 2 seeds in both frameworks)."""
+    return [c for c in (result.get("frameworks") or {}).get("comparisons", []) if c.get("checkpoints")]
+
+
+def plot_framework_curves(result: Mapping[str, Any], path: str | Path) -> Path:
+    """One row per pair of frameworks: left, every run's lift (thin, coloured by framework) and each framework's
+    mean curve (thick); right, the difference of the two centred mean curves (a - b: the shape, level removed) with
+    its pointwise 90% band and the +-delta margin the equivalence test asks it to stay inside. The title carries the
+    verdict and the framework x checkpoint test."""
+    comps = framework_comparisons(result)
+    fig = _figure(11.0, 1.0 + 3.6 * max(len(comps), 1))
+    if not comps:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.text(0.5, 0.5, "no pair of frameworks with >= 2 seeds each", ha="center", va="center")
+        ax.set_axis_off()
+        return _save(fig, path)
+    axes = fig.subplots(len(comps), 2, squeeze=False)
+    for (left, right), c in zip(axes, comps):
+        steps = c["checkpoints"]
+        members = {g: {m["run"] for m in (result["frameworks"].get("groups") or {}).get(g, [])} for g in (c["a"], c["b"])}
+        for (fw, mean), (color, marker, ls) in zip(((c["a"], c["mean_curve_a"]), (c["b"], c["mean_curve_b"])),
+                                                  _STYLES):
+            for run in sorted(members[fw]):
+                cur = result["runs"].get(run) or {}
+                at = dict(zip(cur.get("checkpoints") or [], cur.get("lifts") or []))
+                left.plot(steps, [100 * at[s] if at.get(s) is not None else float("nan") for s in steps],
+                          color=color, ls=ls, lw=0.8, alpha=0.45)
+            left.plot(steps, [100 * v for v in mean], color=color, ls=ls, lw=2.4, marker=marker, ms=5,
+                      label=f"{fw}: mean of {len(members[fw])} seed(s)")
+        left.axhline(0.0, color="0.4", lw=0.8)
+        left.set_ylabel("lift over baseline (pp)")
+        left.legend(fontsize=7, loc="best")
+        eq = c.get("equivalence") or {}
+        if eq.get("difference"):
+            diff = [100 * v for v in eq["difference"]]
+            right.fill_between(steps, [100 * b[0] for b in eq["band"]], [100 * b[1] for b in eq["band"]],
+                               color="tab:gray", alpha=0.3, lw=0, label=f"pointwise {100 * eq['level']:.0f}% band")
+            right.plot(steps, diff, color="black", marker="o", ms=4, lw=1.4, label=f"{c['a']} - {c['b']}, centred")
+            for sgn in (-1, 1):
+                right.axhline(sgn * 100 * eq["delta"], color="tab:red", ls="--", lw=0.9,
+                              label=f"margin +-{100 * eq['delta']:.0f} pp" if sgn > 0 else None)
+            right.axhline(0.0, color="0.4", lw=0.8)
+            right.legend(fontsize=7, loc="best")
+        right.set_ylabel("difference of centred curves (pp)")
+        an = c.get("anova") or {}
+        test = (f"F {an['statistic']:.2f} on ({an['df1']}, {an['df2']}) df, p {an['p_value']:.3f}"
+                if an.get("p_value") is not None else "no test")
+        left.set_title(f"{c['a']} ({c['seeds_a']} seeds) vs {c['b']} ({c['seeds_b']} seeds): "
+                       f"{c.get('verdict') or 'no verdict'}", fontsize=9)
+        right.set_title(f"framework x checkpoint {test}", fontsize=9)
+        for ax in (left, right):
+            ax.set_xticks(steps)
+            ax.set_xlabel("checkpoint (training step)")
+            ax.grid(alpha=0.3)
     return _save(fig, path)
 
 

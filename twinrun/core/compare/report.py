@@ -363,6 +363,10 @@ def _comparison_figures(result: Mapping[str, Any], figdir: Path, rel: str, prefi
     if any(c.get("argmax_distribution") for c in result.get("runs", {}).values()):
         plots.plot_peak_distribution(result, figdir / f"{prefix}peak_distribution.png")
         figures["Bootstrap distribution of each run's peak checkpoint"] = f"{rel}/{prefix}peak_distribution.png"
+    if plots.framework_comparisons(result):
+        plots.plot_framework_curves(result, figdir / f"{prefix}framework_curves.png")
+        figures["Each framework's seeds and mean curve, and the difference of the centred means with its 90% band"] = (
+            f"{rel}/{prefix}framework_curves.png")
     return figures
 
 
