@@ -139,3 +139,12 @@ def test_report_shows_framework_curves_only_with_seeds(result: dict, seeded: dic
     assert (tmp_path / "seeded" / "figures" / "framework_curves.png").read_bytes()[:8] == PNG
     text = write_report(result, tmp_path / "single").read_text()  # one run per framework: nothing to draw
     assert "framework_curves.png" not in text and not (tmp_path / "single" / "figures" / "framework_curves.png").exists()
+
+
+def test_an_undefined_r_is_reported_without_an_interval() -> None:
+    """A flat curve's r is undefined; the interval of its bootstrap draws (rounding noise) must not be printed beside
+    it, where it reads as a measured r of 0 (the demo's table showed "– [-0.00, -0.00]")."""
+    from twinrun.core.compare.report import _estimate_ci
+
+    assert _estimate_ci(None, [-0.0, -0.0]) == "–" and _estimate_ci(float("nan"), [0.1, 0.2]) == "–"
+    assert _estimate_ci(0.5, [0.1, 0.9]) == "0.50 [0.10, 0.90]"

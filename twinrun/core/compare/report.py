@@ -42,6 +42,14 @@ def _num(v: float | None, digits: int = 2) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
+def _estimate_ci(value: float | None, ci: list[Any] | None) -> str:
+    """A correlation and its interval; only "–" where the correlation is undefined (a flat curve): the bootstrap
+    draws of a flat curve are rounding noise, and their interval would read as a measured r of 0."""
+    if value is None or value != value:
+        return "–"
+    return f"{_num(value)} {_ci(ci, _num)}"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -65,9 +73,9 @@ def _verdict_section(result: Mapping[str, Any], h: str) -> list[str]:
         ["runs", "relation", "ckpts", "Pearson r [CI]", "detrended r [CI]", "Spearman [CI]", "interaction p",
          "centred band (pp)", "ceiling (test-retest / sampling)", "verdict"],
         [[f"{p['a']} vs {p['b']}", p.get("relation") or "–", str(p["n_checkpoints"]),
-          f"{_num(p['pearson'])} {_ci(p['pearson_ci'], _num)}",
-          f"{_num(p.get('pearson_detrended'))} {_ci(p.get('pearson_detrended_ci'), _num)}",
-          f"{_num(p['spearman'])} {_ci(p['spearman_ci'], _num)}", _p((p.get("interaction") or {}).get("p_value")),
+          _estimate_ci(p["pearson"], p["pearson_ci"]),
+          _estimate_ci(p.get("pearson_detrended"), p.get("pearson_detrended_ci")),
+          _estimate_ci(p["spearman"], p["spearman_ci"]), _p((p.get("interaction") or {}).get("p_value")),
           "–" if not p.get("equivalence") else f"±{100 * p['equivalence']['half_width_max']:.1f} "
           f"(margin ±{100 * p['equivalence']['delta']:g})",
           f"{_num(p.get('ceiling_test_retest'))} / {_num(p.get('ceiling_sampling'))}", f"**{p['verdict']}**"]
@@ -298,10 +306,10 @@ def render_transfer(result: Mapping[str, Any], figures: Mapping[str, str], sweep
              + ".", "", "## Transfer of lifts", ""]
     for t in result["transfer"]:
         pooled = t["pooled"]
-        rows = [["pooled", str(pooled["n"]), f"{_num(pooled['pearson'])} {_ci(pooled['pearson_ci'], _num)}",
-                 f"{_num(pooled['spearman'])} {_ci(pooled['spearman_ci'], _num)}"]]
-        rows += [[run, str(c["n"]), f"{_num(c['pearson'])} {_ci(c['pearson_ci'], _num)}",
-                  f"{_num(c['spearman'])} {_ci(c['spearman_ci'], _num)}"] for run, c in t["per_run"].items()]
+        rows = [["pooled", str(pooled["n"]), _estimate_ci(pooled["pearson"], pooled["pearson_ci"]),
+                 _estimate_ci(pooled["spearman"], pooled["spearman_ci"])]]
+        rows += [[run, str(c["n"]), _estimate_ci(c["pearson"], c["pearson_ci"]),
+                  _estimate_ci(c["spearman"], c["spearman_ci"])] for run, c in t["per_run"].items()]
         lines += [f"**{t['a']} vs {t['b']}.** {t['explanation']} Bootstrap: {t['bootstrap']}.", "",
                   _table(["checkpoints of", "n", "Pearson r [CI]", "Spearman [CI]"], rows), ""]
         if t.get("only_a") or t.get("only_b"):
