@@ -115,15 +115,21 @@ def test_the_pages_prose_numbers_are_the_blocks():
     assert f"\"agree\" needs {first['seeds']} seeds x {first['streams']} streams" in text
     six = next(r for r in pos["budget"]["rows"] if r["seeds"] == 6)
     assert f"this design's power for it was {pos['budget']['here']['p']:.2f}, 6 seeds per group give {six['p']:.2f}" in text
-    six = f["positive-6"]
-    (cmp6,) = six["frameworks"]
+    five = f["positive-5"]
+    (cmp6,) = five["frameworks"]
     row6 = next(ln for ln in (ROOT / "docs" / "findings.md").read_text(encoding="utf-8").splitlines()
-                if ln.startswith("| positive-6 |"))
-    assert f"{cmp6['verdict']} (p {cmp6['interaction']['p_value']:.2f})" in row6
-    here6 = six["budget"]["here"]
-    assert f"this design's power for the difference the six seeds hold: {here6['p']:.2f}" in text
+                if ln.startswith("| positive-5 |"))
+    assert f"{cmp6['verdict'].removesuffix(' at this sample size')} (p {cmp6['interaction']['p_value']:.2f})" in row6
+    assert cmp6["verdict"] != "shapes differ" and "**not \"differ\"**" in row6
+    assert f"power {five['budget']['here']['p']:.2f} for the difference five seeds hold" in row6
+    reach = [r for r in five["budget"]["rows"] if r["streams"]]
+    by = {r["seeds"]: r for r in reach}
+    assert f"needs {6} seeds x {by[6]['streams']} streams or 8 x {by[8]['streams']}" in row6
+    assert f"6 seeds per group x {by[6]['streams']} streams ({by[6]['episodes']:,} sweep episodes)" in text
+    here6 = five["budget"]["here"]
+    assert f"this design's power for the difference the five seeds hold: {here6['p']:.2f}" in text
     sv = f["seeds-verl"]["seed_spread"]
-    assert f"verl's six seeds: seed SD {100 * sv['sd']:.1f} pp, the seeds' own {100 * sv['sd_own']:.1f} pp" in text
+    assert f"verl's five seeds: seed SD {100 * sv['sd']:.1f} pp, the seeds' own {100 * sv['sd_own']:.1f} pp" in text
     lines = (ROOT / "experiments" / "controls" / "data" / "driver-timings.txt").read_text(encoding="utf-8").splitlines()
     secs = {kind: sum(int(m.group(2)) for ln in lines if (m := re.search(r"\] (train|sweep) .* done in (\d+) s$", ln))
                       and m.group(1) == kind) for kind in ("train", "sweep")}
