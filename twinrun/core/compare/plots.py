@@ -44,6 +44,14 @@ def _save(fig: Any, path: str | Path) -> Path:
     return p
 
 
+def _save_empty(fig: Any, message: str, path: str | Path) -> Path:
+    """A figure with nothing to draw still gets written (a report links it), saying why it is empty."""
+    ax = fig.add_subplot(1, 1, 1)
+    ax.text(0.5, 0.5, message, ha="center", va="center")
+    ax.set_axis_off()
+    return _save(fig, path)
+
+
 def plot_lift_curves(result: Mapping[str, Any], path: str | Path) -> Path:
     """Overlaid lift curves (percentage points) of every run in a `compare` result; returns the PNG path."""
     fig = _figure(8.0, 4.8)
@@ -96,10 +104,7 @@ def plot_peak_distribution(result: Mapping[str, Any], path: str | Path) -> Path:
     runs = [(r, c) for r, c in sorted(result["runs"].items()) if c.get("argmax_distribution")]
     fig = _figure(8.0, 1.0 + 1.6 * max(len(runs), 1))
     if not runs:
-        ax = fig.add_subplot(1, 1, 1)
-        ax.text(0.5, 0.5, "no run with checkpoints", ha="center", va="center")
-        ax.set_axis_off()
-        return _save(fig, path)
+        return _save_empty(fig, "no run with checkpoints", path)
     axes = fig.subplots(len(runs), 1, squeeze=False)[:, 0]
     for i, (ax, (run, cur)) in enumerate(zip(axes, runs)):
         color = _STYLES[i % len(_STYLES)][0]
@@ -129,10 +134,7 @@ def plot_framework_curves(result: Mapping[str, Any], path: str | Path) -> Path:
     comps = framework_comparisons(result)
     fig = _figure(11.0, 1.0 + 3.6 * max(len(comps), 1))
     if not comps:
-        ax = fig.add_subplot(1, 1, 1)
-        ax.text(0.5, 0.5, "no pair of frameworks with >= 2 seeds each", ha="center", va="center")
-        ax.set_axis_off()
-        return _save(fig, path)
+        return _save_empty(fig, "no pair of frameworks with >= 2 seeds each", path)
     axes = fig.subplots(len(comps), 2, squeeze=False)
     for (left, right), c in zip(axes, comps):
         steps = c["checkpoints"]
@@ -180,10 +182,7 @@ def plot_transfer(result: Mapping[str, Any], path: str | Path) -> Path:
     transfers = result.get("transfer") or []
     fig = _figure(5.2 * max(len(transfers), 1), 5.0)
     if not transfers:
-        ax = fig.add_subplot(1, 1, 1)
-        ax.text(0.5, 0.5, "no pair of executors", ha="center", va="center")
-        ax.set_axis_off()
-        return _save(fig, path)
+        return _save_empty(fig, "no pair of executors", path)
     axes = fig.subplots(1, len(transfers), squeeze=False)[0]
     for ax, t in zip(axes, transfers):
         runs = sorted({pt["run"] for pt in t["points"]})
@@ -264,10 +263,7 @@ def plot_training_dynamics(metrics: Mapping[str, str | Path], path: str | Path) 
     nrows = max(1, -(-len(panels) // cols))
     fig = _figure(11.0, 2.5 * nrows + 0.6)
     if not panels:
-        ax = fig.add_subplot(1, 1, 1)
-        ax.text(0.5, 0.5, "no step metrics found", ha="center", va="center")
-        ax.set_axis_off()
-        return _save(fig, path)
+        return _save_empty(fig, "no step metrics found", path)
     axes = fig.subplots(nrows, cols, squeeze=False).ravel()
     labels = sorted(series)
     for ax, (title, lines) in zip(axes, panels):
