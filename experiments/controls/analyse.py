@@ -46,7 +46,6 @@ FINDINGS = ROOT / "docs" / "findings.md"
 START, END = "<!-- findings:start (generated: experiments/controls/analyse.py findings --write) -->", "<!-- findings:end -->"
 
 
-
 def _load_power() -> Any:
     """power.py beside this file, under a name of its own (this folder is not a package; no sys.path edit)."""
     spec = importlib.util.spec_from_file_location("twinrun_controls_power", Path(__file__).with_name("power.py"))
@@ -56,7 +55,6 @@ def _load_power() -> Any:
 
 
 power = _load_power()
-PAPER, BUDGET_STREAMS = power.PAPER, power.BUDGET_STREAMS
 
 CONTROLS: dict[str, dict[str, Any]] = {
     "first-seeds": {"runs": ["trl-s0", "verl-s0"], "truth": "same algorithm (one seed each: framework and seed "
@@ -289,7 +287,7 @@ def render(f: dict[str, Any]) -> str:
             fw = ", ".join(f"{n} seed{'s' if n > 1 else ''}: " + ("no test (seed and framework confounded)" if d is None
                                                                  else f"{100 * d:.0f} pp")
                            for n, d in ps["framework"].items())
-            lines.append(f"- a sweep shaped like the paper's ({PAPER['games']} games, one stream, {PAPER['checkpoints']} "
+            lines.append(f"- a sweep shaped like the paper's ({power.PAPER['games']} games, one stream, {power.PAPER['checkpoints']} "
                          f"checkpoints), at this rho and seed spread, detects at 80% power: a checkpoint's lift of "
                          f"{100 * ps['lift']:.0f} pp {_ci(ps['lift_ci'], 100, '{:.0f}')} ({100 * ps['lift_independent']:.0f} "
                          f"pp if its games were independent); a difference between two frameworks' centred curves at "
@@ -304,7 +302,7 @@ def render(f: dict[str, Any]) -> str:
         if ag:
             reach = "; ".join(f"{r['seeds']} seeds per framework: " + (
                 f"{r['streams']} streams ({r['episodes']:,} sweep episodes, P {r['p']:.2f})"
-                if r["streams"] else f"not within {BUDGET_STREAMS[-1]} streams") for r in ag["rows"])
+                if r["streams"] else f"not within {power.BUDGET_STREAMS[-1]} streams") for r in ag["rows"])
             truth = ("both frameworks follow this control's mean centred curve" if ag["want"] == "agree"
                      else "each group follows its own mean centred curve as measured")
             margin = f" (margin +-{100 * ag['delta']:.0f} pp)" if ag["want"] == "agree" else ""

@@ -191,11 +191,7 @@ def pair_core(ca: Curve, cb: Curve, n_games: int, settings: CompareSettings, pn:
         "spearman": float(cs.row_spearman(la, lb)),
         "spearman_ci": list(cs.percentile_ci(cs.row_spearman(ba, bb), settings.level)),
         "pearson_detrended": dr, "pearson_detrended_ci": list(dr_ci),
-        "equivalence": {"level": BAND_LEVEL, "kind": "pointwise (intersection-union TOST)", "delta": settings.delta,
-                        "difference": band["diff"].tolist(),
-                        "band": [[a, b] for a, b in zip(band["lo"].tolist(), band["hi"].tolist())],
-                        "half_width_max": band["half_width_max"],
-                        "within_delta": bool(band["half_width_max"] <= settings.delta)},
+        "equivalence": st.equivalence_record(band, BAND_LEVEL, settings.delta),
     })
     evidence = ShapeEvidence(
         ca.run, cb.run, len(common), n_games, pearson=pr, pearson_ci=(float(fam_ci[0]), float(fam_ci[1])),

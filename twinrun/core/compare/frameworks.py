@@ -124,11 +124,7 @@ def _framework_pair(fa: str, ca: list[Curve], fb: str, cb: list[Curve], pairs: l
     cov = np.diag(np.concatenate([np.full(k, anova["seed_sd"] ** 2 / len(ca)), np.full(k, anova["seed_sd"] ** 2 / len(cb))]))
     band = st.pointwise_band(np.concatenate([la, lb]), cov, float(anova["df2"]), BAND_LEVEL)
     out.update({"pearson": pr, "pearson_ci": list(pr_ci), "pearson_detrended": dr, "pearson_detrended_ci": list(dr_ci),
-                "equivalence": {"level": BAND_LEVEL, "kind": "pointwise (intersection-union TOST)", "delta": settings.delta,
-                                "difference": band["diff"].tolist(),
-                                "band": [[lo, hi] for lo, hi in zip(band["lo"].tolist(), band["hi"].tolist())],
-                                "half_width_max": band["half_width_max"],
-                                "within_delta": bool(band["half_width_max"] <= settings.delta)},
+                "equivalence": st.equivalence_record(band, BAND_LEVEL, settings.delta),
                 "interaction": {"method": "framework x checkpoint against seed(framework) x checkpoint, split-plot F",
                                 **anova}})
     ev = ShapeEvidence(fa, fb, k, None, pearson=pr, pearson_ci=(float(pr_ci[0]), float(pr_ci[1])), detrended=dr,

@@ -276,6 +276,15 @@ def pointwise_band(means: np.ndarray, cov: np.ndarray, df: float | None, level: 
             "half_width_max": float(np.max(np.maximum(np.abs(lo), np.abs(hi))))}
 
 
+def equivalence_record(band: dict[str, Any], level: float, delta: float) -> dict[str, Any]:
+    """compare.json's `equivalence` of a pair of curves (run pair or framework pair) from :func:`pointwise_band`:
+    the centred difference, its pointwise intervals, the largest reach from 0 and whether it stays within delta."""
+    return {"level": level, "kind": "pointwise (intersection-union TOST)", "delta": delta,
+            "difference": band["diff"].tolist(),
+            "band": [[lo, hi] for lo, hi in zip(band["lo"].tolist(), band["hi"].tolist())],
+            "half_width_max": band["half_width_max"], "within_delta": bool(band["half_width_max"] <= delta)}
+
+
 def oneway_f(model: CellModel) -> dict[str, Any] | None:
     """Do a run's checkpoints differ? One-way F of the cell means against the pooled between-stream variance; with
     crossed streams (blocked model) the randomized-block F: the same mean square against the residual after the
