@@ -4,7 +4,7 @@ so that `twinrun compare` can be asked questions whose answer is known by constr
 
 * negative control: TRL seeds against verl seeds of the same spec (the same algorithm: must not say "differ");
 * positive control: the slow group (lr / 10, TRL) against the verl seeds (their rise comes later: must say
-  "differ");
+  "differ"), and the broken group (lr x 10, TRL: its curve falls where verl's rises);
 * seed control: seeds of one framework against seeds of the same framework (the seed spread).
 
     python experiments/controls/controls.py [--out runs/controls] [--streams 8] [--only NAME,NAME]
@@ -28,6 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "experiments" / "learn-cpu.yaml"
 SLOW_LR = "5.0e-5"  # a tenth of learn-cpu.yaml's 5.0e-4: its rise comes later (or not within 8 steps)
+# ten times learn-cpu.yaml's rate: past the 2e-3 at which one update broke the tiny curator's tool-call format
+# (learn-cpu.yaml's note), so once warmup lets the rate in, the curator stops writing usable skills and its curve
+# falls toward the baseline where the learning arm's rises: a difference in shape far above the seeds' spread
+HIGH_LR = "5.0e-3"
 
 # name -> (backend, seed, extra --set); in the order they are trained (the pilot first: two seeds per framework)
 RUNS: dict[str, tuple[str, int, list[str]]] = {
@@ -48,6 +52,11 @@ RUNS: dict[str, tuple[str, int, list[str]]] = {
     "trlslow-s4": ("trl", 4, [f"optimizer.lr={SLOW_LR}"]),
     "verl-s5": ("verl", 5, []),
     "trlslow-s5": ("trl", 5, [f"optimizer.lr={SLOW_LR}"]),
+    # lr / 10 changed the shape by less than the seeds' spread (positive-5: power 0.63 at five seeds per group); a
+    # construction whose difference a few hours of this machine resolve: lr x 10, three seeds, against verl's
+    "trlhigh-s0": ("trl", 0, [f"optimizer.lr={HIGH_LR}"]),
+    "trlhigh-s1": ("trl", 1, [f"optimizer.lr={HIGH_LR}"]),
+    "trlhigh-s2": ("trl", 2, [f"optimizer.lr={HIGH_LR}"]),
 }
 PILOT = ["trl-s0", "verl-s0", "trl-s1", "verl-s1"]
 
