@@ -57,6 +57,12 @@ RUNS: dict[str, tuple[str, int, list[str]]] = {
     "trlhigh-s0": ("trl", 0, [f"optimizer.lr={HIGH_LR}"]),
     "trlhigh-s1": ("trl", 1, [f"optimizer.lr={HIGH_LR}"]),
     "trlhigh-s2": ("trl", 2, [f"optimizer.lr={HIGH_LR}"]),
+    # the learning arm under verl again at seeds 0-2, trained where trlhigh was: the warm start is rebuilt by each
+    # machine's cache (seeded, but its float rounding is the CPU's), so the broken group is also compared with verl
+    # runs of the same warm start, and verl2-s{i} against verl-s{i} shows what another machine moves
+    "verl2-s0": ("verl", 0, []),
+    "verl2-s1": ("verl", 1, []),
+    "verl2-s2": ("verl", 2, []),
 }
 PILOT = ["trl-s0", "verl-s0", "trl-s1", "verl-s1"]
 
