@@ -63,6 +63,17 @@ RUNS: dict[str, tuple[str, int, list[str]]] = {
     "verl2-s0": ("verl", 0, []),
     "verl2-s1": ("verl", 1, []),
     "verl2-s2": ("verl", 2, []),
+    # the slow-rate positive control again on that machine, grown to six seeds per group at the same 4 streams
+    # (positive-5's budget: 0.6-0.8 power there), the slow seeds first so that every prefix is a balanced design
+    "trlslow2-s0": ("trl", 0, [f"optimizer.lr={SLOW_LR}"]),
+    "trlslow2-s1": ("trl", 1, [f"optimizer.lr={SLOW_LR}"]),
+    "trlslow2-s2": ("trl", 2, [f"optimizer.lr={SLOW_LR}"]),
+    "verl2-s3": ("verl", 3, []),
+    "trlslow2-s3": ("trl", 3, [f"optimizer.lr={SLOW_LR}"]),
+    "verl2-s4": ("verl", 4, []),
+    "trlslow2-s4": ("trl", 4, [f"optimizer.lr={SLOW_LR}"]),
+    "verl2-s5": ("verl", 5, []),
+    "trlslow2-s5": ("trl", 5, [f"optimizer.lr={SLOW_LR}"]),
 }
 PILOT = ["trl-s0", "verl-s0", "trl-s1", "verl-s1"]
 
