@@ -52,8 +52,8 @@ learn: env alfworld-data
 	$(BIN)/python bench/learning.py --out $(LEARN_OUT)
 
 # the real-training controls (experiments/controls/controls.py, hours on 2 cores; resumable, rerun to continue):
-# the learning arm under TRL and verl at 3 seeds each and a slow-rate group, trained one run at a time, each followed
-# by a sweep of every run so far (4 streams x 32 games per checkpoint)
+# the learning arm under TRL and verl at several seeds, a slow-rate group (lr / 10) and a broken one (lr x 10), trained
+# one run at a time, each followed by a sweep of every run so far (4 streams x 32 games per checkpoint)
 controls: env alfworld-data
 	$(BIN)/python experiments/controls/controls.py --out $(CONTROLS_OUT)
 

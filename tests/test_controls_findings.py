@@ -105,6 +105,9 @@ def test_the_pages_prose_numbers_are_the_blocks():
     driver's summed timings (experiments/controls/data/driver-timings.txt): each quoted number is recomputed here."""
     import re
 
+    import json
+
+    an = _analyse()
     f = _findings()
     text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
     neg, pos = f["negative"], f["positive"]
@@ -128,12 +131,54 @@ def test_the_pages_prose_numbers_are_the_blocks():
     assert f"6 seeds per group x {by[6]['streams']} streams ({by[6]['episodes']:,} sweep episodes)" in text
     here6 = five["budget"]["here"]
     assert f"this design's power for the difference the five seeds hold: {here6['p']:.2f}" in text
+    broken, machines = f["positive-broken"], f["machines"]
+    (cb,), (cm,) = broken["frameworks"], machines["frameworks"]
+    assert cb["verdict"] == "shapes differ" and cm["verdict"] != "shapes differ"
+    rows = {ln.split("|")[1].strip(): ln for ln in (ROOT / "docs" / "findings.md").read_text(encoding="utf-8").splitlines()
+            if ln.startswith("| ")}
+    assert f"**shapes differ** (p {an._p(cb['interaction']['p_value'])})" in rows["positive-broken"]
+    assert f"{cm['verdict'].removesuffix(' at this sample size')} (p {cm['interaction']['p_value']:.2f})" in rows["machines"]
+    an_b = cb["interaction"]
+    assert (f"F {an_b['statistic']:.1f} on ({an_b['df1']}, {an_b['df2']}) df, epsilon {an_b['epsilon']:.2f}, "
+            f"p {an._p(an_b['p_value'])}") in text
+    assert f"this design's power for it: {broken['budget']['here']['p']:.2f}" in text
+    cv = broken["curves"]
+
+    def span(runs, k):
+        lifts = sorted(cv[r]["lifts"][k - 1] for r in runs)
+        return f"{100 * lifts[0]:+.1f} to {100 * lifts[-1]:+.1f} pp at checkpoint {k}"
+
+    high, verl2 = [f"trlhigh-s{i}" for i in range(3)], [f"verl2-s{i}" for i in range(3)]
+    assert f"({span(high, 3)})" in text and f"curves rise to {span(verl2, 8)}" in text
+    # "fall to the baseline at checkpoint 4 (seed 1: 5) and stay there", the repository empty in every sweep game
+    fell = {r: next(k for k, v in zip(cv[r]["checkpoints"], cv[r]["lifts"]) if abs(v) < 0.005) for r in high}
+    assert fell == {"trlhigh-s0": 4, "trlhigh-s1": 5, "trlhigh-s2": 4}
+    assert all(abs(v) < 0.005 for r in high for k, v in zip(cv[r]["checkpoints"], cv[r]["lifts"]) if k >= fell[r])
+    arms = ROOT / "experiments" / "controls" / "data" / "sweep" / "arms"
+    for r in high:
+        kept = [json.loads(ln).get("repo_skills") for k in range(fell[r], 9) for f in arms.glob(f"{r}@{k}*.jsonl")
+                for ln in f.read_text(encoding="utf-8").splitlines()]
+        assert len(kept) == 4 * 32 * (9 - fell[r]) and set(kept) == {0}, r
+    assert (f"F {cm['interaction']['statistic']:.2f} on ({cm['interaction']['df1']}, {cm['interaction']['df2']}) df, "
+            f"p {cm['interaction']['p_value']:.2f}; r of the mean curves {cm['pearson']:.2f}") in text
+    assert f"r of the mean curves {cb['pearson']:.2f}" in text
+    mc = machines["curves"]
+    start = lambda runs: ", ".join(f"{100 * mc[r]['lifts'][0]:+.1f}" for r in runs[:-1]) + \
+        f" and {100 * mc[runs[-1]]['lifts'][0]:+.1f} pp"
+    assert f"{start(verl2)} against {start([f'verl-s{i}' for i in range(3)])}" in text
     sv = f["seeds-verl"]["seed_spread"]
     assert f"verl's five seeds: seed SD {100 * sv['sd']:.1f} pp, the seeds' own {100 * sv['sd_own']:.1f} pp" in text
-    lines = (ROOT / "experiments" / "controls" / "data" / "driver-timings.txt").read_text(encoding="utf-8").splitlines()
-    secs = {kind: sum(int(m.group(2)) for ln in lines if (m := re.search(r"\] (train|sweep) .* done in (\d+) s$", ln))
-                      and m.group(1) == kind) for kind in ("train", "sweep")}
-    assert f"training took {secs['train']:,} s" in text and f"their sweeps {secs['sweep']:,} s" in text
+    timings = (ROOT / "experiments" / "controls" / "data" / "driver-timings.txt").read_text(encoding="utf-8")
+    first, second = timings.split("\n# 2026-12-04")  # one section per machine
+
+    def secs(section):
+        return {kind: sum(int(m.group(2)) for ln in section.splitlines()
+                          if (m := re.search(r"\] (train|sweep) .* done in (\d+) s$", ln)) and m.group(1) == kind)
+                for kind in ("train", "sweep")}
+
+    one, two = secs(first), secs(second)
+    assert f"training took {one['train']:,} s" in text and f"their sweeps {one['sweep']:,} s" in text
+    assert f"the second machine's runs took {two['train']:,} s of training and {two['sweep']:,} s of sweep" in text
 
 
 def test_the_pages_figures_are_compares_plots_of_the_controls(tmp_path, monkeypatch):
@@ -159,3 +204,66 @@ def test_the_pages_figures_are_compares_plots_of_the_controls(tmp_path, monkeypa
     (cmp,) = f["negative"]["frameworks"]
     thick = [list(ln.get_ydata()) for ln in saved[0].axes[0].get_lines() if ln.get_linewidth() > 2]
     assert thick == [[100 * v for v in cmp["mean_curve_a"]], [100 * v for v in cmp["mean_curve_b"]]]
+
+
+def _controls_folder(root, sweep_id, runs, *, seed=0, n_games=2):
+    """A controls folder as controls.py leaves it (runs/<run>/metrics.jsonl, sweep/sweep.json, sweep/arms/), each
+    run one checkpoint x one stream, written by hand: what `add` reads, at the smallest size."""
+    import json
+
+    from twinrun.core.sweeps.plan import stream_plan
+
+    games = [{"game_id": f"g{i}", "path": f"/abs/g{i}", "task_type": "pick"} for i in range(n_games)]
+    arms = [{"arm": "baseline", "role": "baseline", "run": None, "replicate": 0}]
+    arms += [{"arm": f"{r}@1", "role": "checkpoint", "run": r, "replicate": 0, "run_dir": f"/abs/{r}",
+              "checkpoint_path": "/abs/ckpt", "checkpoint_step": 1} for r in runs]
+    plan = {"sweep_id": sweep_id, "games_hash": "gh", "seed": seed, "streams": 1, "executor": "scripted",
+            "executor_settings_hash": "e", "split": "valid_seen", "games": games, "arms": arms,
+            "stream_plans": [stream_plan(seed, [g["game_id"] for g in games], 0).__dict__]}
+    (root / "sweep" / "arms").mkdir(parents=True)
+    (root / "sweep" / "sweep.json").write_text(json.dumps(plan, default=str), encoding="utf-8")
+    for a in arms:
+        rows = [{"kind": "eval", "arm": a["arm"], "sweep_id": sweep_id, "games_hash": "gh", "n_games": n_games,
+                 "game_id": g["game_id"], "game_index": i, "outcome": "success", "run": a["run"],
+                 "curator_ops": ["big"], "provenance": {"backend": "trl", "host": "vm"}} for i, g in enumerate(games)]
+        (root / "sweep" / "arms" / f"{a['arm']}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    for r in runs:
+        (root / "runs" / r).mkdir(parents=True)
+        (root / "runs" / r / "metrics.jsonl").write_text('{"step": 1}\n', encoding="utf-8")
+    return root
+
+
+def _tree(path):
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_add_joins_later_runs_to_the_committed_blocks_or_refuses_before_writing(tmp_path):
+    """Runs trained after the committed runs' checkpoints are gone join the committed folder only when their sweep
+    played the same games under the same stream plans (stream r the same block); the added rows take the folder's
+    sweep id (compare reads one sweep per folder) and keep the one they were played in."""
+    import json
+
+    an = _analyse()
+    src = _controls_folder(tmp_path / "src", "later", ["trl-s0", "trlhigh-s0"])
+    dst = tmp_path / "data" / "sweep"
+    an.compact(_controls_folder(tmp_path / "old", "first", ["trl-s0"]), dst)
+    before = _tree(dst)
+    # another sweep seed gives other stream plans: refused, nothing written
+    other = _controls_folder(tmp_path / "other", "later", ["trlhigh-s0"], seed=1)
+    try:
+        an.add(other, dst)
+        raise AssertionError("add took a sweep with other stream plans")
+    except an.AddError as e:
+        assert "seed, stream_plans" in str(e) and "first" in str(e)
+    assert _tree(dst) == before
+    assert an.add(src, dst) == ["trlhigh-s0"]  # trl-s0 is committed already: kept as it was
+    plan = json.loads((dst / "sweep.json").read_text(encoding="utf-8"))
+    assert [a["arm"] for a in plan["arms"]] == ["baseline", "trl-s0@1", "trlhigh-s0@1"]
+    assert plan["arms"][-1]["run_dir"] is None and plan["added"][0]["sweep_id"] == "later"
+    assert plan["added"][0]["runs"] == ["trlhigh-s0"]
+    rows = [json.loads(ln) for ln in (dst / "arms" / "trlhigh-s0@1.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {(r["sweep_id"], r["played_in"]) for r in rows} == {("first", "later")} and "curator_ops" not in rows[0]
+    assert (dst / "arms" / "trl-s0@1.jsonl").read_bytes() == before["arms/trl-s0@1.jsonl"]
+    assert (dst / "metrics" / "trlhigh-s0.jsonl").is_file()
+    assert an.add(src, dst) == []  # nothing new: nothing written

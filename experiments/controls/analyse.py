@@ -7,7 +7,9 @@ Three jobs:
   every run trained and fully swept (sweep.json with their arms and the baseline, one compact row per game: the
   fields ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl
   (``metrics/<run>.jsonl``). Each row is stored once (about 7 MB for nine runs), committed beside the numbers it
-  gives; the controls are views of it.
+  gives; the controls are views of it. ``compact --add --from DIR`` adds the runs of a later controls folder
+  (trained after the committed runs' checkpoints were gone) to it instead, when that folder's sweep played the
+  same games under the same stream plans (:func:`add`).
 * ``python experiments/controls/analyse.py view NAME --to DIR`` writes one control as a sweep folder of its own,
   for ``twinrun compare DIR --baseline baseline`` (its full report).
 * ``python experiments/controls/analyse.py findings`` runs ``twinrun compare``'s own function on each control whose
@@ -23,7 +25,12 @@ The controls (which runs each one holds):
 * ``positive``: the slow group (lr / 10, under TRL) against the verl seeds (must say "differ");
 * ``seeds``: the TRL seeds against each other (the seed spread, run pair by run pair);
 * ``positive-5``: the positive control at five seeds per group (the first one's budget asked for six);
-* ``seeds-verl``: the verl seeds' spread (seeds 0-4).
+* ``seeds-verl``: the verl seeds' spread (seeds 0-4);
+* ``positive-broken``: TRL at ten times the rate (seeds 0-2), past the rate that breaks the tiny curator, against
+  verl seeds 0-2 trained on the same machine (must say "differ": a construction this machine resolves in hours,
+  where lr / 10 did not);
+* ``machines``: verl seeds 0-2 against the same seeds trained on another machine, whose rebuilt warm start is
+  another model (the same algorithm: must not say "differ").
 
 What each control can decide and what a verdict would cost (the seed spread, the paper-shaped MDEs, the verdict
 budget) is in power.py beside this file.
@@ -75,6 +82,17 @@ CONTROLS: dict[str, dict[str, Any]] = {
                    "groups": {f"trlslow-s{i}": ("trl-lr/10", i) for i in range(5)}, "budget": "differ"},
     "seeds-verl": {"runs": [f"verl-s{i}" for i in range(5)], "truth": "same algorithm, same framework",
                    "seed_spread": True},
+    # a construction a few hours of this machine resolve (lr / 10 changes the shape by less than the seeds' spread):
+    # TRL at ten times the rate, past the one that broke the tiny curator's tool-call format, against verl's seeds
+    # trained on the same machine (verl2: the warm start is each machine's rebuild, see "machines")
+    "positive-broken": {"runs": [f"trlhigh-s{i}" for i in range(3)] + [f"verl2-s{i}" for i in range(3)],
+                        "truth": "shapes differ (lr x 10 breaks the curator)",
+                        "groups": {f"trlhigh-s{i}": ("trl-lrx10", i) for i in range(3)}, "budget": "differ"},
+    # one framework, one spec, the same seeds, trained on two machines: the warm start is rebuilt from the same seed
+    # by each machine's cache, and another CPU's float rounding makes it another model (it samples other tokens)
+    "machines": {"runs": [f"verl-s{i}" for i in range(3)] + [f"verl2-s{i}" for i in range(3)],
+                 "truth": "same algorithm (the warm start rebuilt on another machine)",
+                 "groups": {f"verl2-s{i}": ("verl-rebuilt", i) for i in range(3)}},
 }
 # the fields of a sweep row that `twinrun compare` reads, plus what a reader of the rows wants to see per game
 ROW_FIELDS = ("kind", "arm", "sweep_id", "games_hash", "n_games", "game_id", "game_index", "task_type", "position",
@@ -123,6 +141,62 @@ def compact(src: Path, dst: Path = DATA / "sweep") -> list[str]:
     (dst / "metrics").mkdir()  # not runs/: .gitignore keeps run folders out of the repository
     for run in runs:
         shutil.copyfile(src / "runs" / run / "metrics.jsonl", dst / "metrics" / f"{run}.jsonl")
+    return runs
+
+
+# what must be equal for a later sweep's rows to join the committed folder's blocks: the same games, the same stream
+# plans (stream r's order, executor seeds and curator seed, a function of these: twinrun.core.sweeps.plan.stream_plan)
+# and the same executor
+SAME_PLAN = ("games_hash", "seed", "streams", "stream_plans", "executor", "executor_settings_hash", "split")
+
+
+class AddError(ValueError):
+    pass
+
+
+def add(src: Path, dst: Path = DATA / "sweep") -> list[str]:
+    """Add the runs of a later controls folder (src) to the committed sweep folder (dst), for runs trained after the
+    folder's own runs' checkpoints are gone (they live outside the repository). Only runs that are trained, fully
+    swept and not already in dst; refused (before anything is written) unless src's sweep played the same games
+    under the same stream plans and executor as dst's (SAME_PLAN), so that stream r of an added run is the same
+    block as stream r of every committed arm. The added rows take dst's sweep id (compare reads one sweep per
+    folder); the sweep they were played in is kept on each row (``played_in``) and in sweep.json's ``added``
+    (with its evaluation dtype and code version). dst's baseline is kept: src's replay of it is not needed."""
+    from twinrun.core.records import atomic_write_json, atomic_write_text, read_jsonl
+
+    have = json.loads((dst / "sweep.json").read_text(encoding="utf-8"))
+    plan = json.loads((src / "sweep" / "sweep.json").read_text(encoding="utf-8"))
+    differ = [k for k in SAME_PLAN if have.get(k) != plan.get(k)]
+    if differ:
+        raise AddError(f"--from: {str(src)!r}'s sweep {plan.get('sweep_id')} differs from the committed sweep "
+                       f"{have.get('sweep_id')} in {', '.join(differ)}: its streams are not the committed blocks "
+                       "(fix: sweep the new runs with the spec, seed and --streams the committed rows were played with)")
+    n = len(plan["games"])
+    committed = {a.get("run") for a in have["arms"]}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for a in plan["arms"]:
+        f = src / "sweep" / "arms" / f"{a['arm']}.jsonl"
+        rows[a["arm"]] = [r for r in read_jsonl(f) if r.get("kind") == "eval"] if f.exists() else []
+    wanted = {r for c in CONTROLS.values() for r in c["runs"]}
+    runs = sorted(r for r in wanted - committed
+                  if (src / "runs" / r / "metrics.jsonl").is_file()
+                  and any(a.get("run") == r for a in plan["arms"])
+                  and all(len(rows[a["arm"]]) >= n for a in plan["arms"] if a.get("run") == r))
+    if not runs:
+        return []
+    arms = [dict(a, run_dir=None, checkpoint_path=None, checkpoint_stat=None)
+            for a in plan["arms"] if a.get("run") in runs]
+    for a in arms:
+        atomic_write_text(dst / "arms" / f"{a['arm']}.jsonl", "".join(
+            json.dumps(dict(compact_row(r), sweep_id=have["sweep_id"], played_in=r.get("sweep_id")), sort_keys=True)
+            + "\n" for r in rows[a["arm"]]))
+    for run in runs:
+        shutil.copyfile(src / "runs" / run / "metrics.jsonl", dst / "metrics" / f"{run}.jsonl")
+    added = {"sweep_id": plan.get("sweep_id"), "runs": runs, "curator_dtype": plan.get("curator_dtype"),
+             "twinrun_version": plan.get("twinrun_version"), "spec_hash": plan.get("spec_hash")}
+    # sweep.json last: a run is in the folder once its arms are (a killed add leaves files no view reads)
+    atomic_write_json(dst / "sweep.json", dict(have, arms=have["arms"] + arms,
+                                               added=[*(have.get("added") or []), added]))
     return runs
 
 
@@ -330,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compact")
     c.add_argument("--from", dest="src", type=Path, default=ROOT / "runs" / "controls")
+    c.add_argument("--add", action="store_true", help="add the folder's new runs to the committed rows instead of "
+                   "replacing them (runs trained after the committed runs' checkpoints are gone)")
     v = sub.add_parser("view", help="one control as a sweep folder of its own, for twinrun compare")
     v.add_argument("name", choices=list(CONTROLS))
     v.add_argument("--to", type=Path, required=True)
@@ -341,7 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.src / "sweep" / "sweep.json").is_file():
             print(f"--from: {str(a.src)!r} holds no controls sweep (fix: the --out of controls.py)", file=sys.stderr)
             return 2
-        runs = compact(a.src)
+        try:
+            runs = add(a.src) if a.add else compact(a.src)
+        except AddError as e:
+            print(e, file=sys.stderr)
+            return 2
         print(f"{DATA / 'sweep'}: {len(runs)} run(s) trained and swept: {', '.join(runs) or 'none'}")
         with tempfile.TemporaryDirectory() as tmp:
             for name in CONTROLS:

@@ -131,6 +131,7 @@ def test_framework_curves_draw_the_means_and_the_band(seeded: dict, tmp_path: Pa
     assert len(seeds) == 6  # each seed's own curve
     diff = next(ln for ln in right.get_lines() if ln.get_color() == "black")
     assert list(diff.get_ydata()) == pytest.approx([100 * v for v in c["equivalence"]["difference"]])
+    assert c["anova"]["p_value"] < 0.001 and right.get_title().endswith("df, p < 0.001")  # never "p 0.000"
 
 
 def test_report_shows_framework_curves_only_with_seeds(result: dict, seeded: dict, tmp_path: Path) -> None:

@@ -164,8 +164,9 @@ def plot_framework_curves(result: Mapping[str, Any], path: str | Path) -> Path:
             right.legend(fontsize=7, loc="best")
         right.set_ylabel("difference of centred curves (pp)")
         an = c.get("anova") or {}
-        test = (f"F {an['statistic']:.2f} on ({an['df1']}, {an['df2']}) df, p {an['p_value']:.3f}"
-                if an.get("p_value") is not None else "no test")
+        pv = an.get("p_value")
+        test = ("no test" if pv is None else f"F {an['statistic']:.2f} on ({an['df1']}, {an['df2']}) df, "
+                + ("p < 0.001" if pv < 0.001 else f"p {pv:.3f}"))  # never "p 0.000"
         left.set_title(f"{c['a']} ({c['seeds_a']} seeds) vs {c['b']} ({c['seeds_b']} seeds): "
                        f"{c.get('verdict') or 'no verdict'}", fontsize=9)
         right.set_title(f"framework x checkpoint {test}", fontsize=9)
