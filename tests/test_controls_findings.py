@@ -162,6 +162,24 @@ def test_the_pages_prose_numbers_are_the_blocks():
     assert (f"F {cm['interaction']['statistic']:.2f} on ({cm['interaction']['df1']}, {cm['interaction']['df2']}) df, "
             f"p {cm['interaction']['p_value']:.2f}; r of the mean curves {cm['pearson']:.2f}") in text
     assert f"r of the mean curves {cb['pearson']:.2f}" in text
+    six = f["positive-6"]
+    (c6,) = six["frameworks"]
+    assert c6["verdict"] != "shapes differ"
+    assert f"{c6['verdict'].removesuffix(' at this sample size')} (p {c6['interaction']['p_value']:.3f}): **not \"differ\"**" \
+        in rows["positive-6"] and f"Monte Carlo gave it {six['budget']['here']['p']:.2f}" in rows["positive-6"]
+    i6 = c6["interaction"]
+    assert (f"F {i6['statistic']:.2f} on ({i6['df1']}, {i6['df2']}) df, epsilon {i6['epsilon']:.2f}, p {i6['p_value']:.3f}; "
+            f"the band's half-width {100 * c6['equivalence']['half_width_max']:.1f} pp") in text
+    rise = [100 * (c6[k][-1] - c6[k][0]) for k in ("mean_curve_a", "mean_curve_b")]
+    assert f"rises {rise[0]:.1f} pp from checkpoint 1 to 8, verl's {rise[1]:.1f} pp" in text
+    assert f"the six seeds' own curves give it {six['budget']['here']['p']:.2f}" in text
+    assert (f"power {pos['budget']['here']['p']:.2f} with p {p_pos:.2f}, {five['budget']['here']['p']:.2f} with p "
+            f"{cmp6['interaction']['p_value']:.2f}") in text
+    c6v = six["curves"]
+    assert set(c6v["trlslow2-s5"]["lifts"]) == {c6v["trlslow2-s5"]["lifts"][0]}
+    assert f"trlslow2-s5 flat at {100 * c6v['trlslow2-s5']['lifts'][0]:+.1f} pp throughout" in text
+    v5 = c6v["verl2-s5"]["lifts"]
+    assert f"verl2-s5 falling from {100 * v5[0]:+.1f} to {100 * v5[-1]:+.1f} pp" in text
     mc = machines["curves"]
     start = lambda runs: ", ".join(f"{100 * mc[r]['lifts'][0]:+.1f}" for r in runs[:-1]) + \
         f" and {100 * mc[runs[-1]]['lifts'][0]:+.1f} pp"

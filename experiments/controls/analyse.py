@@ -6,7 +6,7 @@ Three jobs:
   controls folder (experiments/controls/controls.py) into one sweep folder, ``experiments/controls/data/sweep/``:
   every run trained and fully swept (sweep.json with their arms and the baseline, one compact row per game: the
   fields ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl
-  (``metrics/<run>.jsonl``). Each row is stored once (about 7 MB for nine runs), committed beside the numbers it
+  (``metrics/<run>.jsonl``). Each row is stored once (22 MB for 28 runs, about 2 MB once git compresses them), committed beside the numbers it
   gives; the controls are views of it. ``compact --add --from DIR`` adds the runs of a later controls folder
   (trained after the committed runs' checkpoints were gone) to it instead, when that folder's sweep played the
   same games under the same stream plans (:func:`add`).
@@ -29,6 +29,7 @@ The controls (which runs each one holds):
 * ``positive-broken``: TRL at ten times the rate (seeds 0-2), past the rate that breaks the tiny curator, against
   verl seeds 0-2 trained on the same machine (must say "differ": a construction this machine resolves in hours,
   where lr / 10 did not);
+* ``positive-6``: the slow-rate positive control again, on the second machine, at six seeds per group;
 * ``machines``: verl seeds 0-2 against the same seeds trained on another machine, whose rebuilt warm start is
   another model (the same algorithm: must not say "differ").
 
@@ -88,6 +89,11 @@ CONTROLS: dict[str, dict[str, Any]] = {
     "positive-broken": {"runs": [f"trlhigh-s{i}" for i in range(3)] + [f"verl2-s{i}" for i in range(3)],
                         "truth": "shapes differ (lr x 10 breaks the curator)",
                         "groups": {f"trlhigh-s{i}": ("trl-lrx10", i) for i in range(3)}, "budget": "differ"},
+    # the slow-rate positive control again, all on the second machine (one warm start) and at six seeds per group,
+    # the size positive-5's budget gave 0.6-0.8 power at these 4 streams
+    "positive-6": {"runs": [f"trlslow2-s{i}" for i in range(6)] + [f"verl2-s{i}" for i in range(6)],
+                   "truth": "shapes differ (lr / 10)",
+                   "groups": {f"trlslow2-s{i}": ("trl-lr/10", i) for i in range(6)}, "budget": "differ"},
     # one framework, one spec, the same seeds, trained on two machines: the warm start is rebuilt from the same seed
     # by each machine's cache, and another CPU's float rounding makes it another model (it samples other tokens)
     "machines": {"runs": [f"verl-s{i}" for i in range(3)] + [f"verl2-s{i}" for i in range(3)],
