@@ -6,8 +6,8 @@ Three jobs:
   controls folder (experiments/controls/controls.py) into one sweep folder, ``experiments/controls/data/sweep/``:
   every run trained and fully swept (sweep.json with their arms and the baseline, one compact row per game: the
   fields ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl
-  (``metrics/<run>.jsonl``). Each row is stored once (22 MB for 28 runs, 0.7 MB as a tar.gz: git stores them compressed), committed beside the numbers it
-  gives; the controls are views of it. ``compact --add --from DIR`` adds the runs of a later controls folder
+  (``metrics/<run>.jsonl``). Each row is stored once (22 MB for 28 runs, 0.7 MB as a tar.gz: git stores them
+  compressed), committed beside the numbers it gives; the controls are views of it. ``compact --add --from DIR`` adds the runs of a later controls folder
   (trained after the committed runs' checkpoints were gone) to it instead, when that folder's sweep played the
   same games under the same stream plans (:func:`add`).
 * ``python experiments/controls/analyse.py view NAME --to DIR`` writes one control as a sweep folder of its own,
@@ -176,7 +176,8 @@ def add(src: Path, dst: Path = DATA / "sweep") -> list[str]:
     if differ:
         raise AddError(f"--from: {str(src)!r}'s sweep {plan.get('sweep_id')} differs from the committed sweep "
                        f"{have.get('sweep_id')} in {', '.join(differ)}: its streams are not the committed blocks "
-                       "(fix: sweep the new runs with the spec, seed and --streams the committed rows were played with)")
+                       "(fix: sweep the new runs with the spec, seed and --streams the committed rows were "
+                       "played with)")
     n = len(plan["games"])
     committed = {a.get("run") for a in have["arms"]}
     rows: dict[str, list[dict[str, Any]]] = {}
