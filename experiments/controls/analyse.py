@@ -90,7 +90,7 @@ CONTROLS: dict[str, dict[str, Any]] = {
                         "truth": "shapes differ (lr x 10 breaks the curator)",
                         "groups": {f"trlhigh-s{i}": ("trl-lrx10", i) for i in range(3)}, "budget": "differ"},
     # the slow-rate positive control again, all on the second machine (one warm start) and at six seeds per group,
-    # the size positive-5's budget gave 0.6-0.8 power at these 4 streams
+    # at these 4 streams (positive-5's budget put it below 0.8 power: it asked for 8 streams at six seeds)
     "positive-6": {"runs": [f"trlslow2-s{i}" for i in range(6)] + [f"verl2-s{i}" for i in range(6)],
                    "truth": "shapes differ (lr / 10)",
                    "groups": {f"trlslow2-s{i}": ("trl-lr/10", i) for i in range(6)}, "budget": "differ"},
@@ -113,24 +113,34 @@ def compact_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _swept_runs(src: Path, plan: dict[str, Any], candidates: set[str]) -> tuple[dict[str, list[dict[str, Any]]],
+                                                                              list[str]]:
+    """A controls folder's eval rows by arm, and those of the candidate runs that are trained (their metrics.jsonl)
+    and fully swept (every arm of theirs holds a row per game)."""
+    from twinrun.core.records import read_jsonl
+
+    n = len(plan["games"])
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for a in plan["arms"]:
+        f = src / "sweep" / "arms" / f"{a['arm']}.jsonl"
+        rows[a["arm"]] = [r for r in read_jsonl(f) if r.get("kind") == "eval"] if f.exists() else []
+    runs = sorted(r for r in candidates
+                  if (src / "runs" / r / "metrics.jsonl").is_file()
+                  and any(a.get("run") == r for a in plan["arms"])
+                  and all(len(rows[a["arm"]]) >= n for a in plan["arms"] if a.get("run") == r))
+    return rows, runs
+
+
 def compact(src: Path, dst: Path = DATA / "sweep") -> list[str]:
     """Copy every run of a controls folder (src: its runs/ and sweep/) that is trained and fully swept (every arm
     complete) into one compact sweep folder (dst): sweep.json with those runs' arms and the baseline, one compact
     row per game, each run's metrics.jsonl. The controls are views of it (:func:`control_view`): a row is stored
     once, whichever controls use it. Returns the runs written."""
-    from twinrun.core.records import atomic_write_json, atomic_write_text, read_jsonl
+    from twinrun.core.records import atomic_write_json, atomic_write_text
 
     plan = json.loads((src / "sweep" / "sweep.json").read_text(encoding="utf-8"))
     n = len(plan["games"])
-    wanted = {r for c in CONTROLS.values() for r in c["runs"]}
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for a in plan["arms"]:
-        f = src / "sweep" / "arms" / f"{a['arm']}.jsonl"
-        rows[a["arm"]] = [r for r in read_jsonl(f) if r.get("kind") == "eval"] if f.exists() else []
-    runs = sorted(r for r in wanted
-                  if (src / "runs" / r / "metrics.jsonl").is_file()
-                  and any(a.get("run") == r for a in plan["arms"])
-                  and all(len(rows[a["arm"]]) >= n for a in plan["arms"] if a.get("run") == r))
+    rows, runs = _swept_runs(src, plan, {r for c in CONTROLS.values() for r in c["runs"]})
     arms = [a for a in plan["arms"] if a["role"] == "baseline" or a.get("run") in runs]
     if any(len(rows[a["arm"]]) < n for a in arms if a["role"] == "baseline"):
         return []
@@ -168,7 +178,7 @@ def add(src: Path, dst: Path = DATA / "sweep") -> list[str]:
     block as stream r of every committed arm. The added rows take dst's sweep id (compare reads one sweep per
     folder); the sweep they were played in is kept on each row (``played_in``) and in sweep.json's ``added``
     (with its evaluation dtype and code version). dst's baseline is kept: src's replay of it is not needed."""
-    from twinrun.core.records import atomic_write_json, atomic_write_text, read_jsonl
+    from twinrun.core.records import atomic_write_json, atomic_write_text
 
     have = json.loads((dst / "sweep.json").read_text(encoding="utf-8"))
     plan = json.loads((src / "sweep" / "sweep.json").read_text(encoding="utf-8"))
@@ -178,17 +188,8 @@ def add(src: Path, dst: Path = DATA / "sweep") -> list[str]:
                        f"{have.get('sweep_id')} in {', '.join(differ)}: its streams are not the committed blocks "
                        "(fix: sweep the new runs with the spec, seed and --streams the committed rows were "
                        "played with)")
-    n = len(plan["games"])
     committed = {a.get("run") for a in have["arms"]}
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for a in plan["arms"]:
-        f = src / "sweep" / "arms" / f"{a['arm']}.jsonl"
-        rows[a["arm"]] = [r for r in read_jsonl(f) if r.get("kind") == "eval"] if f.exists() else []
-    wanted = {r for c in CONTROLS.values() for r in c["runs"]}
-    runs = sorted(r for r in wanted - committed
-                  if (src / "runs" / r / "metrics.jsonl").is_file()
-                  and any(a.get("run") == r for a in plan["arms"])
-                  and all(len(rows[a["arm"]]) >= n for a in plan["arms"] if a.get("run") == r))
+    rows, runs = _swept_runs(src, plan, {r for c in CONTROLS.values() for r in c["runs"]} - committed)
     if not runs:
         return []
     arms = [dict(a, run_dir=None, checkpoint_path=None, checkpoint_stat=None)
