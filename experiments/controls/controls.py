@@ -33,48 +33,42 @@ SLOW_LR = "5.0e-5"  # a tenth of learn-cpu.yaml's 5.0e-4: its rise comes later (
 # falls toward the baseline where the learning arm's rises: a difference in shape far above the seeds' spread
 HIGH_LR = "5.0e-3"
 
-# name -> (backend, seed, extra --set); in the order they are trained (the pilot first: two seeds per framework)
-RUNS: dict[str, tuple[str, int, list[str]]] = {
-    "trl-s0": ("trl", 0, []),
-    "verl-s0": ("verl", 0, []),
-    "trl-s1": ("trl", 1, []),
-    "verl-s1": ("verl", 1, []),
-    "trlslow-s0": ("trl", 0, [f"optimizer.lr={SLOW_LR}"]),
-    "trl-s2": ("trl", 2, []),
-    "trlslow-s1": ("trl", 1, [f"optimizer.lr={SLOW_LR}"]),
-    "verl-s2": ("verl", 2, []),
-    "trlslow-s2": ("trl", 2, [f"optimizer.lr={SLOW_LR}"]),
+# a group of runs: its backend and its --set's beside the seed (a run is named <group>-s<seed>)
+GROUPS: dict[str, tuple[str, list[str]]] = {
+    "trl": ("trl", []),
+    "verl": ("verl", []),
+    "trlslow": ("trl", [f"optimizer.lr={SLOW_LR}"]),
+    "trlhigh": ("trl", [f"optimizer.lr={HIGH_LR}"]),
+    # the second machine's repeats (the warm start is rebuilt by each machine's cache: seeded, but its float
+    # rounding is the CPU's): compared with the broken group on one warm start, and with the first machine's runs
+    "verl2": ("verl", []),
+    "trlslow2": ("trl", [f"optimizer.lr={SLOW_LR}"]),
+}
+# the runs in the order they are trained (the pilot first: two seeds per framework)
+ORDER = [
+    "trl-s0", "verl-s0", "trl-s1", "verl-s1", "trlslow-s0", "trl-s2", "trlslow-s1", "verl-s2", "trlslow-s2",
     # the positive control at 3 seeds per group had power 0.42 for its measured difference (docs/findings.md); at 6
     # seeds per group and the same 4 streams, 0.92: three more seeds of each group
-    "verl-s3": ("verl", 3, []),
-    "trlslow-s3": ("trl", 3, [f"optimizer.lr={SLOW_LR}"]),
-    "verl-s4": ("verl", 4, []),
-    "trlslow-s4": ("trl", 4, [f"optimizer.lr={SLOW_LR}"]),
-    "verl-s5": ("verl", 5, []),
-    "trlslow-s5": ("trl", 5, [f"optimizer.lr={SLOW_LR}"]),
+    "verl-s3", "trlslow-s3", "verl-s4", "trlslow-s4", "verl-s5", "trlslow-s5",
     # lr / 10 changed the shape by less than the seeds' spread (positive-5: power 0.63 at five seeds per group); a
     # construction whose difference a few hours of this machine resolve: lr x 10, three seeds, against verl's
-    "trlhigh-s0": ("trl", 0, [f"optimizer.lr={HIGH_LR}"]),
-    "trlhigh-s1": ("trl", 1, [f"optimizer.lr={HIGH_LR}"]),
-    "trlhigh-s2": ("trl", 2, [f"optimizer.lr={HIGH_LR}"]),
-    # the learning arm under verl again at seeds 0-2, trained where trlhigh was: the warm start is rebuilt by each
-    # machine's cache (seeded, but its float rounding is the CPU's), so the broken group is also compared with verl
-    # runs of the same warm start, and verl2-s{i} against verl-s{i} shows what another machine moves
-    "verl2-s0": ("verl", 0, []),
-    "verl2-s1": ("verl", 1, []),
-    "verl2-s2": ("verl", 2, []),
+    # trained on the same machine
+    "trlhigh-s0", "trlhigh-s1", "trlhigh-s2", "verl2-s0", "verl2-s1", "verl2-s2",
     # the slow-rate positive control again on that machine, grown to six seeds per group at the same 4 streams
-    # (positive-5's budget: 0.6-0.8 power there), the slow seeds first so that every prefix is a balanced design
-    "trlslow2-s0": ("trl", 0, [f"optimizer.lr={SLOW_LR}"]),
-    "trlslow2-s1": ("trl", 1, [f"optimizer.lr={SLOW_LR}"]),
-    "trlslow2-s2": ("trl", 2, [f"optimizer.lr={SLOW_LR}"]),
-    "verl2-s3": ("verl", 3, []),
-    "trlslow2-s3": ("trl", 3, [f"optimizer.lr={SLOW_LR}"]),
-    "verl2-s4": ("verl", 4, []),
-    "trlslow2-s4": ("trl", 4, [f"optimizer.lr={SLOW_LR}"]),
-    "verl2-s5": ("verl", 5, []),
-    "trlslow2-s5": ("trl", 5, [f"optimizer.lr={SLOW_LR}"]),
-}
+    # (positive-5's budget put it below 0.8 power), the slow seeds first so that every prefix is a balanced design
+    "trlslow2-s0", "trlslow2-s1", "trlslow2-s2", "verl2-s3", "trlslow2-s3", "verl2-s4", "trlslow2-s4", "verl2-s5",
+    "trlslow2-s5",
+]
+
+
+def _run(name: str) -> tuple[str, int, list[str]]:
+    group, seed = name.rsplit("-s", 1)
+    backend, sets = GROUPS[group]
+    return backend, int(seed), sets
+
+
+# name -> (backend, seed, extra --set)
+RUNS: dict[str, tuple[str, int, list[str]]] = {name: _run(name) for name in ORDER}
 PILOT = ["trl-s0", "verl-s0", "trl-s1", "verl-s1"]
 
 
