@@ -43,6 +43,11 @@ GROUPS: dict[str, tuple[str, list[str]]] = {
     # rounding is the CPU's): compared with the broken group on one warm start, and with the first machine's runs
     "verl2": ("verl", []),
     "trlslow2": ("trl", [f"optimizer.lr={SLOW_LR}"]),
+    # a negative control whose seeds do not pair (issue 50): the same algorithm under TRL and verl, on one machine
+    # and its warm-start cache, at seed numbers no run of the other framework has (TRL 10-12, verl 20-22), so seed
+    # i's start, task-group order and executor seeds are not shared across the frameworks
+    "trlu": ("trl", []),
+    "verlu": ("verl", []),
 }
 # the runs in the order they are trained (the pilot first: two seeds per framework)
 ORDER = [
@@ -58,6 +63,8 @@ ORDER = [
     # (positive-5's budget put it below 0.8 power), the slow seeds first so that every prefix is a balanced design
     "trlslow2-s0", "trlslow2-s1", "trlslow2-s2", "verl2-s3", "trlslow2-s3", "verl2-s4", "trlslow2-s4", "verl2-s5",
     "trlslow2-s5",
+    # the unpaired negative control (a third machine), alternating so that every prefix is balanced
+    "trlu-s10", "verlu-s20", "trlu-s11", "verlu-s21", "trlu-s12", "verlu-s22",
 ]
 
 
