@@ -19,7 +19,7 @@ def settings_dict(s: CompareSettings) -> dict[str, Any]:
             "family_map": [list(x) for x in s.family_map], "rho0": s.rho0, "delta": s.delta,
             "groups": [{"run": r, "framework": f, "seed": sd} for r, f, sd in s.groups], "across": s.across,
             "stream_icc": s.stream_icc, "stream_design": s.stream_design,
-            "max_streams": s.max_streams}
+            "max_streams": s.max_streams, "games_hash": s.games_hash}
 
 
 def clean(obj: Any) -> Any:
