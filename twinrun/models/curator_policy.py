@@ -12,6 +12,7 @@ from typing import Any
 from twinrun.core.errors import CheckpointUnreadable, DependencyMissing, InfrastructureError, TwinrunError
 from twinrun.core.sweeps.sweep import ArmPlan, CuratorPolicy, SweepError, curator_seed
 from twinrun.core.curation.toolcalls import CURATE_TOOL
+from twinrun.core.spec.dtypes import torch_dtype_name
 from twinrun.models.tiny import resolve_model
 
 __all__ = ["HFCuratorPolicy", "hf_policy_factory", "policy_settings"]
@@ -148,7 +149,7 @@ def policy_settings(arm: ArmPlan, spec: Any, cache_dir: str | Path | None = None
         temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
         max_new_tokens=spec.curator.max_response_tokens, seed=curator_seed(spec.seed, arm.replicate),
         tokenizer_dir=tok_dir, max_prompt_tokens=spec.curator.max_prompt_tokens,
-        dtype=spec.sweep.curator_dtype or "float32")
+        dtype=torch_dtype_name(spec.sweep.curator_dtype or "fp32"))  # torch's name: getattr(torch, dtype)
 
 
 def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,

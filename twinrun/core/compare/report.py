@@ -364,6 +364,8 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
     """What each sweep folder among `inputs` states about how its curators ran (sweep.json): the one dtype every
     checkpoint was evaluated at, whatever its export saved (a report line, so a reader sees both frameworks'
     checkpoints were measured at one precision)."""
+    from twinrun.core.spec.dtypes import CANONICAL
+
     notes = []
     for p in inputs:
         manifest = Path(p) / "sweep.json"
@@ -371,6 +373,8 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
             continue
         plan = json.loads(manifest.read_text(encoding="utf-8"))
         dtype = plan.get("curator_dtype")
+        if dtype in CANONICAL:
+            dtype = CANONICAL[dtype]  # one name shown (a folder written before the short names says float32)
         notes.append(f"Curator precision: every checkpoint of sweep `{plan.get('sweep_id')}` evaluated at `{dtype}` "
                      "(sweep.curator_dtype), whatever dtype its export saved." if dtype else
                      f"Curator precision: sweep `{plan.get('sweep_id')}` states no evaluation dtype (written before "
