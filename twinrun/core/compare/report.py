@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from twinrun.core.compare.render import game_lists_note
 from twinrun.core.records import atomic_write_json, atomic_write_text
 
 
@@ -257,22 +258,6 @@ def _arms_section(result: Mapping[str, Any], h: str) -> list[str]:
             "the hypotheses are (run, checkpoint) cells; a cell's streams are in `stream_arms` of compare.json.", ""]
 
 
-def _game_lists_note(result: Mapping[str, Any]) -> str:
-    """Every game list the sweep's arms carried, where there was more than one (compare --games-hash chose one):
-    which was compared on and which arms were left out (issue 53)."""
-    lists = result.get("game_lists") or []
-    if len(lists) < 2:
-        return ""
-    parts = []
-    for g in lists:
-        arms = g.get("arms") or []
-        names = ", ".join(f"`{a}`" for a in arms[:3]) + (f" and {len(arms) - 3} more" if len(arms) > 3 else "")
-        what = "compared on" if g.get("used") else "left out"
-        parts.append(f"`{g['games_hash']}`{' (sweep.json)' if g.get('in_manifest') else ''}: {len(arms)} arm(s)"
-                     + (f" ({names})" if arms and not g.get("used") else "") + f", {what}")
-    return f" Game lists seen: {'; '.join(parts)} (--games-hash {result['settings'].get('games_hash')})."
-
-
 def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], title: str | None = None,
                       level: int = 1, after_verdicts: Sequence[str] = ()) -> str:
     """One sweep's (or one summary's) report text. `figures` maps a caption to a PNG path relative to the report;
@@ -287,7 +272,7 @@ def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], tit
     lines += [
         f"Source: {src}." + (f" Sweep `{result['sweep_id']}`, game list `{result['games_hash']}`, "
                               f"{result['n_games']} games." if result.get("sweep_id") else "")
-        + (f" Executor `{result['executor']}`." if result.get("executor") else "") + _game_lists_note(result),
+        + (f" Executor `{result['executor']}`." if result.get("executor") else "") + game_lists_note(result),
         f"Settings: alpha {s['alpha']}, power {s['power']}, CI level {s['level']}, {s['n_boot']} bootstrap resamples "
         f"(seed {s['seed']}), rho0 {s.get('rho0')}, equivalence margin ±{100 * s.get('delta', 0):g} pp, "
         f"multiplicity families: {_family_rule(s)} (sizes: {fam_sizes or '–'}), "
