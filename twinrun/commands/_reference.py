@@ -34,6 +34,8 @@ def _default(p: Any) -> str:
         return ""
     if getattr(p, "is_flag", False) and p.secondary_opts:
         return p.opts[0] if d else p.secondary_opts[0]
+    if isinstance(d, (list, tuple)):  # a repeatable option's default values, as they would be typed
+        return ", ".join(f"`{v}`" for v in d)
     return f"`{d}`"
 
 

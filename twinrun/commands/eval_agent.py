@@ -28,7 +28,15 @@ from pathlib import Path
 import typer
 
 from twinrun.commands._common import CacheOption, cache_dir
+from twinrun.commands._options import FieldOptions
 from twinrun.core.errors import TwinrunError
+from twinrun.core.sft.agent_eval.protocol import AgentEvalSettings
+
+# the protocol's options: default and help from AgentEvalSettings' fields; the flags the CLI had before its
+# fields were named are kept (--task is given once per task)
+EVAL = FieldOptions(AgentEvalSettings, flags={"tasks": "--task", "skill_top_k": "--top-k",
+                                              "literal_copies": "--literal"},
+                    omit={"top_p": "the protocol samples with top_p 1; ROSE's student sets it from the spec"})
 
 
 def register(app: typer.Typer) -> None:
@@ -49,22 +57,20 @@ def eval_agent(
     model: str | None = typer.Option(None, "--model", help="model name at --base-url"),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="env var holding the endpoint key"),
     out: Path = typer.Option(..., "--out", help="results folder (resumes what is there)"),
-    passes: int = typer.Option(4, "--passes", help="independent passes over the variations"),
-    variations: int = typer.Option(200, "--variations", help="variations played (N < 200: a draw with --seed)"),
-    pinned: bool = typer.Option(True, "--pinned/--no-pinned", help="the shipped pinned test list (default) or a "
-                                "seeded draw from --split"),
-    literal: list[str] = typer.Option([], "--literal", help="actions counted by the literal template-copy share "
-                                      "(repeatable; default: the study's 'open/close OBJ')"),
-    seed: int = typer.Option(0, "--seed"),
-    split: str = typer.Option("test", "--split", help="train, dev or test"),
-    task: list[str] = typer.Option([], "--task", help="only these ScienceWorld tasks (repeatable)"),
-    temperature: float = typer.Option(0.4, "--temperature"),
-    max_rounds: int = typer.Option(30, "--max-rounds", help="replies per episode"),
-    max_tokens: int = typer.Option(512, "--max-tokens", help="new tokens per reply"),
-    thinking: bool = typer.Option(False, "--thinking/--no-thinking", help="Qwen3 thinking (protocol: off)"),
+    passes: int = EVAL("passes"),
+    variations: int = EVAL("variations"),
+    pinned: bool = EVAL("pinned"),
+    literal: list[str] = EVAL("literal_copies", more="(repeatable)"),
+    seed: int = EVAL("seed"),
+    split: str = EVAL("split"),
+    task: list[str] = EVAL("tasks", more="(repeatable)"),
+    temperature: float = EVAL("temperature"),
+    max_rounds: int = EVAL("max_rounds"),
+    max_tokens: int = EVAL("max_tokens"),
+    thinking: bool = EVAL("thinking"),
     skills: list[Path] = typer.Option([], "--skills", help="skill repo folder for the with-skill arm; repeatable"),
-    top_k: int = typer.Option(5, "--top-k", help="skills retrieved per task"),
-    n_boot: int = typer.Option(10_000, "--n-boot", help="bootstrap resamples"),
+    top_k: int = EVAL("skill_top_k"),
+    n_boot: int = EVAL("n_boot"),
     cache: Path | None = CacheOption,
     threads: int | None = typer.Option(None, "--threads", help="torch CPU threads for local generation "
                                        "(default: torch's; 1 avoids oversubscription on a shared CPU)"),
@@ -76,7 +82,6 @@ def eval_agent(
 
     from twinrun.commands._common import print_json
     from twinrun.core.sft.agent_eval import (
-        AgentEvalSettings,
         EvalArm,
         checkpoint_fingerprint,
         hf_generator,
@@ -100,11 +105,11 @@ def eval_agent(
         settings = AgentEvalSettings(
             passes=passes, variations=variations, seed=seed, split=split, tasks=task or None, temperature=temperature,
             max_rounds=max_rounds, max_tokens=max_tokens, thinking=thinking, skill_top_k=top_k, n_boot=n_boot,
-            pinned=pinned, **({"literal_copies": literal} if literal else {}),
+            pinned=pinned, literal_copies=literal,
         )
     except Exception as e:  # pydantic: one line naming the field
         err = getattr(e, "errors", lambda: [{"loc": ("?",), "msg": str(e), "input": None}])()[0]
-        raise TwinrunError(f"--{str(err['loc'][0]).replace('_', '-')}: {err.get('input')!r} {err['msg']}") from None
+        raise TwinrunError(f"{EVAL.flag_of(str(err['loc'][0]))}: {err.get('input')!r} {err['msg']}") from None
 
     from twinrun.app.environment import check_environment
     from twinrun.models.tiny import TINY_QWEN3

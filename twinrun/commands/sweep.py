@@ -10,6 +10,17 @@ from pathlib import Path
 import typer
 
 from twinrun.commands._common import CacheOption, SetOption, cache_dir
+from twinrun.commands._options import SpecOptions
+
+# options that override a spec field: None (the spec's value) unless given; help and the default shown from the
+# field. The sweep's own knobs (--ray-retries, --device, --progress) are sweep()'s keyword defaults, imported only
+# when the sweep runs: tests/test_cli_options.py holds them equal.
+_SPEC_ONLY = "set in the spec or with --set"
+SWEEP = SpecOptions("sweep", omit=dict.fromkeys(
+    ("curator_dtype", "batch_streams", "arms_per_gpu", "curator_server", "curator_endpoints",
+     "curator_server_command", "curator_server_timeout_s"), _SPEC_ONLY))
+ENV = SpecOptions("environment", flags={"eval_games": "--games", "eval_split": "--split"}, omit=dict.fromkeys(
+    ("name", "split", "task_types", "group_size", "share_first_position"), "training's games, not the sweep's"))
 
 
 def register(app: typer.Typer) -> None:
@@ -74,23 +85,17 @@ def sweep_cmd(
     ray_cpus: int | None = typer.Option(None, "--ray-cpus", help="CPUs of a --ray local cluster"),
     ray_retries: int = typer.Option(3, "--ray-retries", help="run an arm again (resuming its rows) on another node "
                                     "when its Ray node or worker is lost, up to this many times"),
-    streams: int | None = typer.Option(None, "--streams", min=1, help="replicate streams per arm: every checkpoint and "
-                                       "the baseline played R times on the same games, each stream in its own order "
-                                       "and seeds from an empty skill repository (default: the spec's sweep.streams, "
-                                       "1); a sweep folder resumes only with the streams it was planned with"),
+    streams: int | None = SWEEP("streams", min=1, more="(a sweep folder resumes only with the streams it was "
+                                "planned with)"),
     replicates: list[str] = typer.Option([], "--replicates", help="old alias: naming every run (RUN ..., optionally "
                                          "baseline) is --streams 2; a subset of runs or steps, or baseline:N, is "
                                          "refused (use --streams)"),
-    until_decided: bool = typer.Option(False, "--until-decided", help="play streams in looks of --streams-per-look "
-                                       "up to --max-streams; stop when the pair verdicts are decided under a "
-                                       "group-sequential rule (docs/streams.md); default: the spec's sweep.until_decided"),
-    max_streams: int | None = typer.Option(None, "--max-streams", help="with --until-decided: the last look's streams "
-                                           "(default: sweep.max_streams, 8)"),
-    streams_per_look: int | None = typer.Option(None, "--streams-per-look", help="with --until-decided: streams added "
-                                                "per look (default: sweep.streams_per_look, 2)"),
-    games: int | None = typer.Option(None, "--games", help="number of held-out games (default: environment.eval_games)"),
-    split: str | None = typer.Option(None, "--split", help="held-out split (default: environment.eval_split)"),
-    workers: int | None = typer.Option(None, "--workers", help="env worker processes (default: environment.workers)"),
+    until_decided: bool = SWEEP("until_decided"),
+    max_streams: int | None = SWEEP("max_streams"),
+    streams_per_look: int | None = SWEEP("streams_per_look"),
+    games: int | None = ENV("eval_games"),
+    split: str | None = ENV("eval_split"),
+    workers: int | None = ENV("workers"),
     curator: str = typer.Option("hf", "--curator", help="'hf': generate with each checkpoint (in this process, or "
                                 "on its server: sweep.curator_server); 'no-ops': a curator that writes nothing "
                                 "(plumbing check, not a checkpoint's behaviour)"),

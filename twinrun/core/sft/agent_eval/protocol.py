@@ -31,22 +31,26 @@ PINNED_SEED = 0
 
 
 class AgentEvalSettings(BaseModel):
-    """The protocol's knobs (defaults = the protocol)."""
+    """The protocol's knobs (defaults = the protocol). `twinrun eval-agent` takes each option's default and help
+    from these fields."""
 
     model_config = ConfigDict(extra="forbid")
-    passes: int = Field(4, ge=1)
-    variations: int = Field(200, ge=1)
-    pinned: bool = Field(True, description="play the shipped pinned test list (test split only)")
-    seed: int = 0
-    split: Literal["train", "dev", "test"] = "test"
-    tasks: list[str] | None = None
-    temperature: float = Field(0.4, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_rounds: int = Field(30, ge=1)
-    max_tokens: int = Field(512, ge=1)
-    thinking: bool = False
-    skill_top_k: int = Field(5, ge=0)
-    n_boot: int = Field(10_000, ge=100)
+    passes: int = Field(4, ge=1, description="independent passes over the variations")
+    variations: int = Field(200, ge=1, description="variations played (fewer than the pinned 200: a draw of that "
+                            "many with the seed)")
+    pinned: bool = Field(True, description="play the shipped pinned test list (test split only), or a seeded draw "
+                         "from the split")
+    seed: int = Field(0, description="seed of the variation draw and of every episode's sampling (the same in "
+                      "every arm)")
+    split: Literal["train", "dev", "test"] = Field("test", description="train, dev or test")
+    tasks: list[str] | None = Field(None, description="only these ScienceWorld tasks (default: every task)")
+    temperature: float = Field(0.4, ge=0.0, le=2.0, description="sampling temperature of every reply")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling of every reply (1: off)")
+    max_rounds: int = Field(30, ge=1, description="replies per episode")
+    max_tokens: int = Field(512, ge=1, description="new tokens per reply")
+    thinking: bool = Field(False, description="Qwen3 thinking (protocol: off)")
+    skill_top_k: int = Field(5, ge=0, description="skills retrieved per task")
+    n_boot: int = Field(10_000, ge=100, description="bootstrap resamples")
     literal_copies: list[str] = Field(default_factory=lambda: list(STUDY_LITERAL_COPIES), min_length=1,
                                       description="actions counted by the literal template-copy share")
 
