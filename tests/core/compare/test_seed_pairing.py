@@ -150,3 +150,29 @@ def test_paired_seeds_are_read_within_seed_seeded_rates() -> None:
     assert hits["auto"] / n_rise >= 0.8, hits
     assert hits["auto"] - hits["independent"] >= 0.1 * n_rise, hits
     assert false / n_flat <= 0.07, false
+
+
+def test_compare_reads_run_start_from_sweep_json(tmp_path) -> None:
+    """auto pairs on a sweep's recorded starts: one start pairs seed i; two different starts keep seeds nested."""
+    import json
+    from pathlib import Path
+
+    from twinrun.core.compare import compare
+    from twinrun.core.compare.synthetic import synthetic_game_table, write_sweep
+
+    shape_ = [0.0, 0.8, 0.3, -0.5, 0.6]
+    runs = {f"{f}-s{s}": [v + 0.1 * s for v in shape_] for f in ("trl", "verl") for s in range(2)}
+    table = synthetic_game_table(runs, n_games=60, seed=3)
+    for arm in table.arms:
+        if arm.run is not None:
+            arm.framework, arm.seed = arm.run.split("-s")[0], int(arm.run.split("-s")[1])
+    folder = write_sweep(table, tmp_path / "sw")
+    for starts, want in (({"trl": "warm-a", "verl": "warm-a"}, "paired"), ({"trl": "warm-a", "verl": "warm-b"},
+                                                                           "independent")):
+        arms = [{"arm": a.name, "role": a.role, "run": a.run,
+                 "run_start": starts[a.framework] if a.framework else None} for a in table.arms]
+        (Path(folder) / "sweep.json").write_text(json.dumps({"sweep_id": table.sweep_id or "synthetic", "arms": arms}))
+        res = compare([str(folder)], "baseline", CompareSettings(n_boot=200))
+        sd = res["frameworks"]["comparisons"][0]["seed_design"]
+        assert sd["design"] == want, sd
+        assert ("the same start" in sd["why"]) if want == "paired" else ("warm-b" in sd["why"])
