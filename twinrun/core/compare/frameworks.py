@@ -97,7 +97,7 @@ def seed_pairing(ca: list[Curve], cb: list[Curve], design: str, *,
     if design not in ("auto", "paired", "independent"):
         raise CompareError(f"seed_design: {design!r} (fix: one of auto, paired, independent)")
     if design == "independent":
-        return {"design": "independent", "why": "asked for (--seed-design independent): seeds nested in groups",
+        return {"design": "independent", "why": "asked for (--seed-design independent)",
                 "pairs": [], "unpaired": sorted(c.run for c in ca + cb)}
     problem = _unmatched(ca, cb)
     if problem is not None:
