@@ -10,6 +10,7 @@ wrote), draws the PNGs next to the report and writes `report.md` and `compare.js
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -187,7 +188,7 @@ def seed_design_line(sd: Mapping[str, Any]) -> str:
         return f"Seeds: independent (split-plot, seeds nested in groups): {sd.get('why', '')}."
     rs = sd.get("pair_r") or [None] * len(sd.get("pairs") or [])
     def r_txt(r: float | None) -> str:
-        return _num(r) if r is not None and r == r else "undefined (a flat curve)"
+        return _num(r) if r is not None and math.isfinite(r) else "undefined (a flat curve)"
 
     pairs = ", ".join(f"{a}~{b} (seed {s}, r {r_txt(r)})" for (a, b, s), r in zip(sd.get("pairs") or [], rs))
     return (f"Seeds: paired (tested within seed; mean pair r {_num(sd.get('pair_r_mean'))}): {pairs}; "
