@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from twinrun.core.compare.render import game_lists_note
 from twinrun.core.records import atomic_write_json, atomic_write_text
 
 
@@ -288,7 +289,7 @@ def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], tit
     lines += [
         f"Source: {src}." + (f" Sweep `{result['sweep_id']}`, game list `{result['games_hash']}`, "
                               f"{result['n_games']} games." if result.get("sweep_id") else "")
-        + (f" Executor `{result['executor']}`." if result.get("executor") else ""),
+        + (f" Executor `{result['executor']}`." if result.get("executor") else "") + game_lists_note(result),
         f"Settings: alpha {s['alpha']}, power {s['power']}, CI level {s['level']}, {s['n_boot']} bootstrap resamples "
         f"(seed {s['seed']}), rho0 {s.get('rho0')}, equivalence margin ±{100 * s.get('delta', 0):g} pp, "
         f"multiplicity families: {_family_rule(s)} (sizes: {fam_sizes or '–'}), "
@@ -365,6 +366,8 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
     """What each sweep folder among `inputs` states about how its curators ran (sweep.json): the one dtype every
     checkpoint was evaluated at, whatever its export saved (a report line, so a reader sees both frameworks'
     checkpoints were measured at one precision)."""
+    from twinrun.core.spec.dtypes import CANONICAL
+
     notes = []
     for p in inputs:
         manifest = Path(p) / "sweep.json"
@@ -372,6 +375,8 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
             continue
         plan = json.loads(manifest.read_text(encoding="utf-8"))
         dtype = plan.get("curator_dtype")
+        if dtype in CANONICAL:
+            dtype = CANONICAL[dtype]  # one name shown (a folder written before the short names says float32)
         notes.append(f"Curator precision: every checkpoint of sweep `{plan.get('sweep_id')}` evaluated at `{dtype}` "
                      "(sweep.curator_dtype), whatever dtype its export saved." if dtype else
                      f"Curator precision: sweep `{plan.get('sweep_id')}` states no evaluation dtype (written before "
