@@ -94,7 +94,7 @@ def compare_cmd(
         runs_metrics.update(dict(_pairs(metrics, "--metrics", "LABEL=PATH", "trl=runs/trl/metrics.jsonl")))
         from twinrun.core.compare.looks_report import sequential_records
 
-        report_path = write_report(result, out, metrics=runs_metrics, notes=sweep_notes(inputs),
+        report_path = write_report(result, out, metrics=runs_metrics, provenance=sweep_notes(inputs),
                                    sequential=sequential_records(inputs))
     if track:
         from twinrun.core.compare.track_results import log_comparison, tracked_sweep

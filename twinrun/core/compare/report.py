@@ -10,10 +10,12 @@ wrote), draws the PNGs next to the report and writes `report.md` and `compare.js
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinrun.core.compare import first_screen as fs
 from twinrun.core.records import atomic_write_json, atomic_write_text
 
 
@@ -257,45 +259,149 @@ def _arms_section(result: Mapping[str, Any], h: str) -> list[str]:
             "the hypotheses are (run, checkpoint) cells; a cell's streams are in `stream_arms` of compare.json.", ""]
 
 
-def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], title: str | None = None,
-                      level: int = 1, after_verdicts: Sequence[str] = ()) -> str:
-    """One sweep's (or one summary's) report text. `figures` maps a caption to a PNG path relative to the report;
-    `after_verdicts`: lines placed after the verdicts (the per-look section of a sweep played until decided)."""
+@dataclass(frozen=True)
+class Context:
+    """What the sections read besides the result. figures: caption -> PNG path relative to the report; h: the
+    heading mark of a section; after_verdicts: lines after the verdicts (the per-look section of a sweep played
+    until decided); notes: one-line notes for the first screen (e.g. that the executor is a stand-in); methods:
+    paragraphs for Methods and settings (e.g. the stand-in's rule); provenance: paragraphs for Provenance (e.g. the
+    evaluation dtype); extras: inputs a later section needs, by name."""
+
+    figures: Mapping[str, str]
+    h: str = "##"
+    after_verdicts: Sequence[str] = ()
+    notes: Sequence[str] = ()
+    methods: Sequence[str] = ()
+    provenance: Sequence[str] = ()
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+Section = Callable[[Mapping[str, Any], Context], list[str]]
+LIFT_FIGURE = "lift_curves.png"
+
+
+def _lift_figure(figures: Mapping[str, str]) -> tuple[str, str] | None:
+    return next(((c, rel) for c, rel in figures.items() if rel.endswith(LIFT_FIGURE)), None)
+
+
+def _fig(caption: str, rel: str) -> list[str]:
+    return [f"![{caption}]({rel})", "", f"*{caption}*", ""]
+
+
+def _compared(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    return [fs.compared_line(result), ""]
+
+
+def _notes(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    return [line for n in ctx.notes for line in (n, "")]
+
+
+def _headline(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    return [line for v in fs.verdict_lines(result) for line in (v, "")]
+
+
+def _first_figure(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    lift = _lift_figure(ctx.figures)
+    return _fig(*lift) if lift else []
+
+
+def _peaks(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    table = fs.table_lines(result)
+    return table + [""] if table else []
+
+
+def _next(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    return [fs.next_line(result), "",
+            "Words: [arm, stream, cell, lift, block, look, seed pairing](#words-used-here).", ""]
+
+
+def _looks(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    return list(ctx.after_verdicts)
+
+
+def _figures_section(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    lift = _lift_figure(ctx.figures)
+    rest = [(c, rel) for c, rel in ctx.figures.items() if (c, rel) != lift]
+    return [f"{ctx.h} Figures", ""] + [x for c, rel in rest for x in _fig(c, rel)] if rest else []
+
+
+def _flags(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    return [f"{ctx.h} Flags", ""] + [f"- ⚠ {f}" for f in result["flags"]] + [""] if result.get("flags") else []
+
+
+def _skipped(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    if not result.get("skipped"):
+        return []
+    return [f"{ctx.h} Statistics skipped or approximated", ""] + [f"- {x}" for x in result["skipped"]] + [""]
+
+
+def _methods(result: Mapping[str, Any], ctx: Context) -> list[str]:
     s = result["settings"]
     base = result["baseline"]
-    h = "#" * (level + 1)
-    lines: list[str] = [f"{'#' * level} {title or 'twinrun comparison'}", ""]
     src = ("per-game arms of one sweep" if result["source"] == "per-game"
            else f"published per-checkpoint summaries ({result.get('summary_file', '')})")
     fam_sizes = ", ".join(f"{n}: {f['size']}" for n, f in sorted((result.get("families") or {}).items()))
-    lines += [
-        f"Source: {src}." + (f" Sweep `{result['sweep_id']}`, game list `{result['games_hash']}`, "
-                              f"{result['n_games']} games." if result.get("sweep_id") else "")
-        + (f" Executor `{result['executor']}`." if result.get("executor") else ""),
-        f"Settings: alpha {s['alpha']}, power {s['power']}, CI level {s['level']}, {s['n_boot']} bootstrap resamples "
-        f"(seed {s['seed']}), rho0 {s.get('rho0')}, equivalence margin ±{100 * s.get('delta', 0):g} pp, "
-        f"multiplicity families: {_family_rule(s)} (sizes: {fam_sizes or '–'}), "
-        f"unmeasured flag above {100 * s['max_unmeasured_share']:.0f}%.",
-        "",
-        f"Baseline `{base['arm']}`{' (same sweep)' if result['source'] == 'per-game' else ''}: success rate "
-        f"{_pct(base['success_rate'])}% {_ci(base.get('ci'), _pct)}, {base['n_measured']} measured games"
-        + (f", {base['n_unmeasured']} unmeasured (excluded)" if base.get("n_unmeasured") else "") + ".",
-        "",
-    ]
-    lines += _streams_section(result, h)
-    lines += _verdict_section(result, h)
-    lines += list(after_verdicts)
-    lines += _frameworks_section(result, h)
-    if figures:
-        lines += [f"{h} Figures", ""]
-        for caption, rel in figures.items():
-            lines += [f"![{caption}]({rel})", "", f"*{caption}*", ""]
-    lines += _runs_section(result, h) + _families_section(result, h) + _arms_section(result, h)
-    if result.get("flags"):
-        lines += [f"{h} Flags", ""] + [f"- ⚠ {f}" for f in result["flags"]] + [""]
-    if result.get("skipped"):
-        lines += [f"{h} Statistics skipped or approximated", ""] + [f"- {x}" for x in result["skipped"]] + [""]
-    return "\n".join(lines)
+    return [f"{ctx.h} Methods and settings", "", f"Source: {src}.", "",
+            f"Settings: alpha {s['alpha']}, power {s['power']}, CI level {s['level']}, {s['n_boot']} bootstrap "
+            f"resamples (seed {s['seed']}), rho0 {s.get('rho0')}, equivalence margin ±{100 * s.get('delta', 0):g} pp, "
+            f"multiplicity families: {_family_rule(s)} (sizes: {fam_sizes or '–'}), "
+            f"unmeasured flag above {100 * s['max_unmeasured_share']:.0f}%.", "",
+            f"Baseline `{base['arm']}`{' (same sweep)' if result['source'] == 'per-game' else ''}: success rate "
+            f"{_pct(base['success_rate'])}% {_ci(base.get('ci'), _pct)}, {base['n_measured']} measured games"
+            + (f", {base['n_unmeasured']} unmeasured (excluded)" if base.get("n_unmeasured") else "") + ".", ""] \
+        + [line for m in ctx.methods for line in (m, "")]
+
+
+def _provenance(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    lines = [f"{ctx.h} Provenance", ""]
+    if result.get("sweep_id"):
+        lines += [f"Sweep `{result['sweep_id']}`, game list `{result['games_hash']}`, {result['n_games']} games.", ""]
+    if result.get("executor"):
+        lines += [f"Executor `{result['executor']}`.", ""]
+    lines += [line for p in ctx.provenance for line in (p, "")]
+    lines += [f"compare.json schema version {result.get('schema_version', '–')} (every number: docs/compare-json.md "
+              "in the twinrun repository).", ""]
+    return lines
+
+
+def _words(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    from twinrun.core.compare.glossary import render_markdown
+
+    return render_markdown(ctx.h)
+
+
+# The report in its fixed order: the first screen (what was compared, the verdicts with their reasons, the lift
+# figure, the peak table, what would decide it), then the detail under headings. A new section is a function of
+# (result, Context) -> markdown lines, placed here by name.
+SECTIONS: tuple[tuple[str, Section], ...] = (
+    ("compared", _compared), ("notes", _notes), ("headline", _headline), ("lift-figure", _first_figure),
+    ("peaks", _peaks), ("next", _next),
+    ("verdicts", lambda r, c: _verdict_section(r, c.h)), ("looks", _looks),
+    ("frameworks", lambda r, c: _frameworks_section(r, c.h)), ("figures", _figures_section),
+    ("runs", lambda r, c: _runs_section(r, c.h)), ("streams", lambda r, c: _streams_section(r, c.h)),
+    ("arms", lambda r, c: _arms_section(r, c.h)), ("families", lambda r, c: _families_section(r, c.h)),
+    ("flags", _flags), ("skipped", _skipped), ("methods", _methods), ("provenance", _provenance), ("words", _words),
+)
+FIRST_SCREEN = ("compared", "notes", "headline", "lift-figure", "peaks", "next")
+
+
+def comparison_blocks(result: Mapping[str, Any], ctx: Context, title: str | None = None,
+                      level: int = 1) -> list[tuple[str, list[str]]]:
+    """(section name, its markdown lines) in the report's order, the title first; empty sections left out."""
+    blocks = [("title", [f"{'#' * level} {title or 'twinrun comparison'}", ""])]
+    for name, section in SECTIONS:
+        lines = section(result, ctx)
+        if lines:
+            blocks.append((name, lines))
+    return blocks
+
+
+def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], title: str | None = None,
+                      level: int = 1, after_verdicts: Sequence[str] = (), **context: Any) -> str:
+    """One sweep's (or one summary's) report text. `figures` maps a caption to a PNG path relative to the report;
+    `after_verdicts` and the other Context fields (notes, methods, provenance, extras) as in :class:`Context`."""
+    ctx = Context(figures, "#" * (level + 1), after_verdicts, **context)
+    return "\n".join(line for _, lines in comparison_blocks(result, ctx, title, level) for line in lines)
 
 
 def render_transfer(result: Mapping[str, Any], figures: Mapping[str, str], sweep_figures: Mapping[str, Mapping[str, str]],
@@ -380,15 +486,21 @@ def _comparison_figures(result: Mapping[str, Any], figdir: Path, rel: str, prefi
 
 def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
                  metrics: Mapping[str, str | Path] | None = None, title: str | None = None,
-                 notes: Sequence[str] = (), sequential: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Path:
-    """Write `out_dir/report.md`, `out_dir/compare.json` and the figures under `out_dir/figures/`.
+                 notes: Sequence[str] = (), sequential: Sequence[tuple[str, Mapping[str, Any]]] = (),
+                 methods: Sequence[str] = (), provenance: Sequence[str] = (),
+                 extras: Mapping[str, Any] | None = None) -> Path:
+    """Write `out_dir/report.md`, `out_dir/report.html` (the same content, figures embedded), `out_dir/compare.json`
+    and the figures under `out_dir/figures/`.
 
     result: a `compare` result dict or the path of a compare.json; metrics: label -> a run's metrics.jsonl for
-    the training-dynamics figure (omitted when None or empty); notes: paragraphs shown under the title (e.g. what
-    a stand-in executor's numbers mean); sequential: (sweep folder, sweep.json's `sequential`) of sweeps played
-    with --until-decided, each shown as a per-look table after the verdicts. Returns the report path.
+    the training-dynamics figure (omitted when None or empty); notes: one-line notes for the first screen (e.g.
+    that the executor is a stand-in, with a link to its rule); methods: paragraphs under Methods and settings (the
+    stand-in's rule); provenance: paragraphs under Provenance (e.g. the evaluation dtype); sequential: (sweep
+    folder, sweep.json's `sequential`) of sweeps played with --until-decided, each shown as a per-look table
+    after the verdicts; extras: inputs of a section that needs more than the result. Returns the report path.
     """
     from twinrun.core.compare import plots
+    from twinrun.core.compare.report_html import write_html
 
     if isinstance(result, (str, Path)):
         result = json.loads(Path(result).read_text(encoding="utf-8"))
@@ -403,6 +515,10 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
         for i, sw in enumerate(result["sweeps"]):
             sweep_figs[sw["executor"]] = _comparison_figures(sw, figdir, "figures", prefix=f"sweep{i}-")
         text = render_transfer(result, figures, sweep_figs, title)
+        if notes or provenance:
+            head, _, rest = text.partition("\n\n")
+            text = "\n\n".join([head, *notes, *methods, *provenance, rest])
+        blocks = [("body", text.splitlines())]
     else:
         figures = _comparison_figures(result, figdir, "figures")
         if present:
@@ -412,85 +528,18 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
 
         h = "##"
         extra = [x for folder, seq in sequential for x in looks_section(seq, h, folder if len(sequential) > 1 else None)]
-        text = render_comparison(result, figures, title, after_verdicts=extra)
-    if notes:
-        head, _, rest = text.partition("\n\n")
-        text = "\n\n".join([head, *notes, rest])
+        ctx = Context(figures, h, extra, notes, methods, provenance, dict(extras or {}))
+        blocks = comparison_blocks(result, ctx, title)
+        text = "\n".join(line for _, lines in blocks for line in lines)
     atomic_write_json(out / "compare.json", dict(result))
     path = out / "report.md"
     atomic_write_text(path, text + "\n")
+    write_html(blocks, out, title or "twinrun comparison", first_screen=FIRST_SCREEN)
     return path
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Console
-
-
 def print_console(result: Mapping[str, Any], report_path: Path | None = None) -> None:
-    """The comparison on a terminal (rich): arms, runs, verdicts with their reasons, frameworks, flags."""
-    from rich.console import Console
+    """The comparison on a terminal, in the report's order (:mod:`twinrun.core.compare.console`)."""
+    from twinrun.core.compare.console import print_console as show
 
-    console = Console(width=160)
-    if result.get("kind") == "transfer":
-        for t in result["transfer"]:
-            console.print(f"[bold]transfer {t['a']} vs {t['b']}[/]: {t['explanation']}")
-        for sw in result["sweeps"]:
-            console.rule(f"executor {sw['executor']}")
-            _print_comparison(console, sw)
-    else:
-        _print_comparison(console, result)
-    if report_path is not None:
-        console.print(f"report: {report_path}")
-
-
-def _print_comparison(console: Any, result: Mapping[str, Any]) -> None:
-    from rich.table import Table
-
-    base = result["baseline"]
-    console.print(f"[bold]baseline[/] {base['arm']}: {100 * base['success_rate']:.1f}% over {base['n_measured']} "
-                  f"measured games" + (f", {base['n_unmeasured']} unmeasured" if base.get("n_unmeasured") else ""))
-    if streams_sentence(result):
-        console.print(streams_sentence(result))
-    t = Table(title="arms vs baseline")
-    for col in ("arm", "family (size)", "n", "unmeas.", "lift pp [CI]", "b/c", "p", "Holm", "BH", "MDE pp"):
-        t.add_column(col)
-
-    def f(v: float | None, scale: float = 1.0, fmt: str = "{:.3f}") -> str:
-        return "–" if v is None else fmt.format(scale * v)
-
-    for a in result["arms"]:
-        ci = a["lift_ci"]
-        t.add_row(a["arm"] + (" [yellow]⚠[/]" if a.get("flagged") else ""),
-                  "–" if not a.get("family") else f"{a['family']} ({a.get('family_size')})", str(a["n_measured"]),
-                  "–" if a["n_unmeasured"] is None else str(a["n_unmeasured"]),
-                  f"{f(a['lift'], 100, '{:+.1f}')} [{f(ci[0], 100, '{:+.1f}')}, {f(ci[1], 100, '{:+.1f}')}]",
-                  "–" if a["b"] is None else f"{a['b']}/{a['c']}", f(a["p_value"]), f(a["p_holm"]), f(a["p_bh"]),
-                  f(a["mde"], 100, "{:.1f}"))
-    console.print(t)
-    r = Table(title="runs")
-    for col in ("run", "peak", "peak share", "crossings", "final vs peak (honest)", "Cochran Q p"):
-        r.add_column(col)
-    for name, c in sorted(result["runs"].items()):
-        if not c.get("checkpoints"):
-            continue
-        q = c.get("cochran_q")
-        fvp = c.get("final_vs_peak") or {}
-        est = (f"{100 * fvp['estimate']:+.1f} pp" if fvp.get("estimate") is not None else
-               f"p {fvp['p_value']:.3g}" if fvp.get("p_value") is not None else "–")
-        r.add_row(name, str(c["peak_checkpoint"]), f"{100 * c['peak_share']:.0f}%", str(c["crossings"]),
-                  est + (" below peak" if fvp.get("below_peak") else ""), "–" if not q else f"{q['p_value']:.3g}")
-    console.print(r)
-    if result.get("pairs"):
-        console.print(f"[dim]criterion:[/] {result['pairs'][0]['criterion']}")
-    for p in result["pairs"]:
-        console.print(f"[bold]{p['a']} vs {p['b']}: {p['verdict']}[/]\n  {p['explanation']}")
-    fw = result.get("frameworks") or {}
-    if fw.get("note"):
-        console.print(f"[yellow]frameworks:[/] {fw['note']}")
-    for c in fw.get("comparisons") or []:
-        if c.get("verdict"):
-            console.print(f"[bold]framework {c['a']} vs {c['b']}: {c['verdict']}[/]\n  {c['explanation']}")
-    for fl in result["flags"]:
-        console.print(f"[yellow]flag:[/] {fl}")
-    for s in result["skipped"]:
-        console.print(f"[dim]skipped:[/] {s}")
+    show(result, report_path)
