@@ -374,7 +374,7 @@ def _words(result: Mapping[str, Any], ctx: Context) -> list[str]:
 # figure, the peak table, what would decide it), then the detail under headings. A new section is a function of
 # (result, Context) -> markdown lines, placed here by name.
 SECTIONS: tuple[tuple[str, Section], ...] = (
-    ("compared", _compared), ("notes", _notes), ("headline", _headline), ("lift-figure", _first_figure),
+    ("compared", _compared), ("headline", _headline), ("notes", _notes), ("lift-figure", _first_figure),
     ("peaks", _peaks), ("next", _next),
     ("verdicts", lambda r, c: _verdict_section(r, c.h)), ("looks", _looks),
     ("frameworks", lambda r, c: _frameworks_section(r, c.h)), ("figures", _figures_section),
@@ -382,7 +382,7 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("arms", lambda r, c: _arms_section(r, c.h)), ("families", lambda r, c: _families_section(r, c.h)),
     ("flags", _flags), ("skipped", _skipped), ("methods", _methods), ("provenance", _provenance), ("words", _words),
 )
-FIRST_SCREEN = ("compared", "notes", "headline", "lift-figure", "peaks", "next")
+FIRST_SCREEN = ("compared", "headline", "notes", "lift-figure", "peaks", "next")
 
 
 def comparison_blocks(result: Mapping[str, Any], ctx: Context, title: str | None = None,
