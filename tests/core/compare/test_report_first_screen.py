@@ -169,3 +169,16 @@ def test_report_html_shows_the_verdict_figure_and_next_step_on_a_laptop_screen(d
     left, top, right, bottom = (int(v) for v in m["verdict"])
     ink = shot[top:bottom, left:right, :3].mean(axis=2) < 0.5  # dark pixels: the verdict's text
     assert ink.mean() > 0.02, "the screenshot shows nothing where the verdict should be"
+
+
+def test_the_console_summary_follows_the_reports_order(demo: dict, capsys) -> None:
+    """`twinrun compare` (and `twinrun run`, through print_first_screen) print what was compared, the verdict with
+    its reason, the peak table and the next step before the detail."""
+    from twinrun.core.compare.console import print_console
+
+    print_console(demo, Path("r/report.md"))
+    out = " ".join(capsys.readouterr().out.split())
+    (pair,) = demo["pairs"]
+    at = [out.index(s) for s in ("Compared: 2 runs", f"trl vs verl: {pair['verdict']}.", "lift at peak", "next: ",
+                                 "detail", "criterion:", "arms vs baseline", "report: r/report.md")]
+    assert at == sorted(at), at
