@@ -6,8 +6,8 @@ from __future__ import annotations
 TERMS: tuple[tuple[str, str], ...] = (
     ("run", "One training of the spec under one framework (TRL or verl) and one seed, with its checkpoints."),
     ("arm", "One thing a sweep plays on the held-out games: a checkpoint of a run (`trl@3`), or the no-memory "
-            "baseline. Stream r of an arm is named `trl@3#r{r}`. (`twinrun run` also calls the whole spec under "
-            "test an arm.)"),
+            "baseline. Stream r of an arm is named `trl@3#r{r}`. (docs/running.md also says \"an arm\" for the "
+            "spec under test, as in running an arm.)"),
     ("baseline", "The arm without skill memory, played in the same sweep on the same games: every lift is "
                  "measured against it."),
     ("stream", "The held-out games played in order through one skill repository that starts empty. The first "
