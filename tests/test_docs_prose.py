@@ -12,6 +12,22 @@ from twinrun.testing.doc_prose import MAX_WORDS, long_sentences, sentences
 
 # generated from the CLI's --help text (tests/test_docs_run_as_written.py keeps it current): not prose written here
 GENERATED_PAGES = {"commands.md"}
+# sections another change is rewriting as this test lands (issue 50 rewrites findings.md's control sections): left
+# out by name until that rewrite is merged, then this entry goes (the test below fails if the heading disappears)
+PENDING_SECTIONS = {"findings.md": "What the committed rows say"}
+
+
+def _measured_text(page: Path) -> str:
+    """The page's text with a pending section blanked (from its heading to the next one of the same level)."""
+    text = page.read_text(encoding="utf-8")
+    head = PENDING_SECTIONS.get(page.name)
+    if head is None:
+        return text
+    before, sep, after = text.partition(f"\n## {head}\n")
+    assert sep, f"{page.name}: no section '## {head}' (fix: drop it from PENDING_SECTIONS)"
+    rest = after.split("\n## ", 1)
+    blank = "\n" * (sep + rest[0]).count("\n")  # keeps the line numbers of what follows
+    return before + blank + ("\n## " + rest[1] if len(rest) > 1 else "")
 
 
 def _pages(repo_root: Path) -> list[Path]:
@@ -21,7 +37,7 @@ def _pages(repo_root: Path) -> list[Path]:
 
 def test_no_sentence_in_readme_or_docs_is_over_sixty_words(repo_root: Path) -> None:
     found = [f"{p.relative_to(repo_root)}:{line}: {n} words: {start}"
-             for p in _pages(repo_root) for line, n, start in long_sentences(p.read_text(encoding="utf-8"))]
+             for p in _pages(repo_root) for line, n, start in long_sentences(_measured_text(p))]
     assert not found, f"{len(found)} sentence(s) over {MAX_WORDS} words (fix: split them):\n" + "\n".join(found)
 
 

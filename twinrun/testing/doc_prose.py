@@ -3,7 +3,7 @@
 `prose_sentences` drops what is not prose (fenced code, tables, headings, HTML comments, generated blocks between
 ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``), joins each paragraph or list item onto one line, replaces
 inline code spans and link targets by one word each, and splits at a full stop, question or exclamation mark
-followed by a space and a capital, an opening mark or a number (never after "e.g.", "i.e." or
+followed by a space and a letter, an opening mark or a number (never after "e.g.", "i.e." or
 "vs."). A semicolon does not end a sentence: a list of clauses is one sentence to a reader.
 """
 
@@ -60,7 +60,7 @@ def sentences(paragraph: str) -> list[str]:
     p = _plain(paragraph)
     for i, ab in enumerate(_ABBREV):
         p = p.replace(ab + " ", f"\x00{i}\x00 ")
-    parts = re.split(r"(?<=[.!?])[)\"']?\s+(?=[A-Z0-9(\"'])", p)
+    parts = re.split(r"(?<=[.!?])[)\"']?\s+(?=[A-Za-z0-9(\"'])", p)
     out = []
     for s in parts:
         s = re.sub(r"\x00(\d+)\x00", lambda m: _ABBREV[int(m.group(1))], s)
