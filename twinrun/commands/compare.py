@@ -105,7 +105,7 @@ def compare_cmd(
     if as_json:
         print_json(result)
         return
-    from twinrun.core.compare.report import print_console
+    from twinrun.core.compare.console import print_console
 
     print_console(result, report_path)
 

@@ -1,10 +1,14 @@
-"""report.md: the comparison's verdicts (each with its pre-registered criterion and one sentence that says why),
-frameworks and seeds, figures, curves, families, arms, flags and skipped statistics; or, for a comparison across
-executors, the transfer of lifts and each sweep's own report.
+"""report.md and report.html: the comparison in a fixed order of sections (:data:`SECTIONS`). First the first
+screen (issue 52: what was compared, each framework pair's verdict with its reason, the lift figure, the peak table,
+what would decide it; :mod:`.first_screen`), then the verdicts with their pre-registered criterion, looks,
+frameworks and seeds, figures, runs, streams, arms, families, flags, skipped statistics, methods and settings,
+provenance and the words used; or, for a comparison across executors, the transfer of lifts and each sweep's own
+report.
 
 :func:`write_report` takes the dict that :func:`twinrun.core.compare.compare` returns (or the `compare.json` it
-wrote), draws the PNGs next to the report and writes `report.md` and `compare.json` atomically.
-:func:`print_console` prints the same result on a terminal.
+wrote), draws the PNGs next to the report and writes `report.md`, `report.html` (:mod:`.report_html`) and
+`compare.json` atomically. A new section is one function of (result, :class:`Context`) placed in SECTIONS.
+:func:`twinrun.core.compare.console.print_console` prints the same result on a terminal, in the same order.
 """
 
 from __future__ import annotations
@@ -536,10 +540,3 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
     atomic_write_text(path, text + "\n")
     write_html(blocks, out, title or "twinrun comparison", first_screen=FIRST_SCREEN)
     return path
-
-
-def print_console(result: Mapping[str, Any], report_path: Path | None = None) -> None:
-    """The comparison on a terminal, in the report's order (:mod:`twinrun.core.compare.console`)."""
-    from twinrun.core.compare.console import print_console as show
-
-    show(result, report_path)
