@@ -77,7 +77,7 @@ def _print_comparison(console: Any, result: Mapping[str, Any]) -> None:
             console.print(f"[bold]framework {c['a']} vs {c['b']}: {c['verdict']}[/]\n  {c['explanation']}",
                           highlight=False)
     _runs_table(console, result)
-    from twinrun.core.compare.report import streams_sentence
+    from twinrun.core.compare.report_tables import streams_sentence
 
     if streams_sentence(result):
         console.print(streams_sentence(result), markup=False, highlight=False)
