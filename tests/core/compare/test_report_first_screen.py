@@ -182,3 +182,24 @@ def test_the_console_summary_follows_the_reports_order(demo: dict, capsys) -> No
     at = [out.index(s) for s in ("Compared: 2 runs", f"trl vs verl: {pair['verdict']}.", "lift at peak", "next: ",
                                  "detail", "criterion:", "arms vs baseline", "report: r/report.md")]
     assert at == sorted(at), at
+
+
+def test_twinrun_runs_stand_in_note_is_one_line_whose_link_reaches_the_rule(demo: dict, tmp_path: Path,
+                                                                              smoke_spec_path: Path, capsys) -> None:
+    """What `twinrun run` hands the report for the demo's scripted executor: one line on the first screen (and in
+    its console summary), the rule under its heading in Methods, and the line's link reaches that heading in HTML."""
+    from rich.console import Console
+
+    from twinrun.commands.run import _executor_notes
+    from twinrun.core.compare.console import print_first_screen
+    from twinrun.core.spec import load_spec
+
+    line, rule = _executor_notes(load_spec(smoke_spec_path))
+    assert len(line) == 1 and rule[0].startswith("### ") and "relevance" in rule[1]
+    md = write_report(demo, tmp_path / "r", notes=line, methods=rule).read_text(encoding="utf-8")
+    assert line[0] in _first_screen(md) and rule[1] not in _first_screen(md)
+    html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    (anchor,) = re.findall(r"\]\(#([^)]+)\)", line[0])
+    assert f'id="{anchor}"' in html
+    print_first_screen(Console(width=160), demo, notes=tuple(line))
+    assert "Executor: a scripted stand-in" in capsys.readouterr().out
