@@ -88,6 +88,8 @@ def test_a_decided_pair_says_nothing_more_is_needed() -> None:
     one = {**done, "pairs": [{**done["pairs"][0], "verdict": fs.NO_EVIDENCE}],
            "streams": {"streams_per_cell": {"min": 1, "max": 1}}}
     assert "play >= 2 streams per arm" in fs.next_line(one)
+    alone = {**done, "pairs": []}
+    assert "needs two runs" in fs.next_line(alone) and fs.verdict_lines(alone) == []
 
 
 def test_with_seeds_the_headline_is_the_framework_verdict_and_the_table_is_per_framework(seeded: dict) -> None:

@@ -206,6 +206,8 @@ def next_line(result: Mapping[str, Any]) -> str:
         items.append("more seeds per framework: the framework verdict is judged against the spread of its seeds "
                      "(`twinrun run SPEC --out DIR --seeds S1,S2,...` trains them)")
     if not items:
+        if not heads:
+            return "**Next:** a verdict needs two runs' curves: sweep another run beside this one."
         if open_pairs:
             return "**Next:** nothing compare can size would decide these pairs; see [Verdicts](#verdicts)."
         return ("**Next:** nothing: decided at this sample size, under the rule stated before looking "
