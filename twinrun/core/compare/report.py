@@ -24,6 +24,7 @@ from twinrun.core.compare.report_tables import (  # noqa: F401  (streams_sentenc
     _arms_section, _ci, _estimate_ci, _families_section, _num, _p, _pct, _pp, _runs_section, _streams_section, _table,
     blocks_sentence, streams_sentence,
 )
+from twinrun.core.compare.render import game_lists_note
 from twinrun.core.records import atomic_write_json, atomic_write_text
 
 
@@ -118,7 +119,9 @@ def _fig(caption: str, rel: str) -> list[str]:
 
 
 def _compared(result: Mapping[str, Any], ctx: Context) -> list[str]:
-    return [fs.compared_line(result), ""]
+    left_out = (["Arms played on another game list were left out: [Provenance](#provenance) names them.", ""]
+                if game_lists_note(result) else [])
+    return [fs.compared_line(result), ""] + left_out
 
 
 def _notes(result: Mapping[str, Any], ctx: Context) -> list[str]:
@@ -187,6 +190,8 @@ def _provenance(result: Mapping[str, Any], ctx: Context) -> list[str]:
         lines += [f"Sweep `{result['sweep_id']}`, game list `{result['games_hash']}`, {result['n_games']} games.", ""]
     if result.get("executor"):
         lines += [f"Executor `{result['executor']}`.", ""]
+    if game_lists_note(result):
+        lines += [game_lists_note(result).strip(), ""]
     lines += [line for p in ctx.provenance for line in (p, "")]
     lines += [f"compare.json schema version {result.get('schema_version', '–')} (every number: docs/compare-json.md "
               "in the twinrun repository).", ""]
@@ -283,6 +288,8 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
     """What each sweep folder among `inputs` states about how its curators ran (sweep.json): the one dtype every
     checkpoint was evaluated at, whatever its export saved (a report line, so a reader sees both frameworks'
     checkpoints were measured at one precision)."""
+    from twinrun.core.spec.dtypes import CANONICAL
+
     notes = []
     for p in inputs:
         manifest = Path(p) / "sweep.json"
@@ -290,6 +297,8 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
             continue
         plan = json.loads(manifest.read_text(encoding="utf-8"))
         dtype = plan.get("curator_dtype")
+        if dtype in CANONICAL:
+            dtype = CANONICAL[dtype]  # one name shown (a folder written before the short names says float32)
         notes.append(f"Curator precision: every checkpoint of sweep `{plan.get('sweep_id')}` evaluated at `{dtype}` "
                      "(sweep.curator_dtype), whatever dtype its export saved." if dtype else
                      f"Curator precision: sweep `{plan.get('sweep_id')}` states no evaluation dtype (written before "
