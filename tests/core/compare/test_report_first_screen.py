@@ -88,6 +88,9 @@ def test_a_decided_pair_says_nothing_more_is_needed() -> None:
     one = {**done, "pairs": [{**done["pairs"][0], "verdict": fs.NO_EVIDENCE}],
            "streams": {"streams_per_cell": {"min": 1, "max": 1}}}
     assert "play >= 2 streams per arm" in fs.next_line(one)
+    capped = {**done, "pairs": [{**one["pairs"][0], "n_to_decide_detail": {
+        "streams": None, "games_per_stream": 32, "at_streams": 4, "max_streams": 64}}]}
+    assert "no number of streams up to 64 per arm decides at the protocol's 32 games" in fs.next_line(capped)
     alone = {**done, "pairs": []}
     assert "needs two runs" in fs.next_line(alone) and fs.verdict_lines(alone) == []
 

@@ -181,7 +181,7 @@ def next_line(result: Mapping[str, Any]) -> str:
     items: list[str] = []
     one_stream = (st.get("streams_per_cell") or {}).get("max", 1) < 2 and st.get("stated_icc") is None
     if one_stream:
-        items.append("play >= 2 streams per arm (`twinrun sweep --streams 4`; `twinrun design` sizes them from a "
+        items.append("play >= 2 streams per arm (`sweep --streams 4`; `twinrun design` sizes them from a "
                      "pilot), or state a pilot's correlation with `--stream-icc`: one stream decides no shape")
     if fw.get("confounded"):
         items.append("train >= 2 seeds per framework (`twinrun run SPEC --out DIR --seeds 42,123,456`): with one run "
@@ -200,8 +200,8 @@ def next_line(result: Mapping[str, Any]) -> str:
                          f"{cells * now * games:,})")
         else:
             items.append(f"no number of streams up to {details[0]['max_streams']} per arm decides at the protocol's "
-                         f"{games} games per stream: more seeds per framework, or a larger `--delta`, would "
-                         "(`twinrun design --pilot SWEEP --kind shape --delta 5` prices a design)")
+                         f"{games} games per stream: a larger `--delta`, a higher `--max-streams` or more seeds per "
+                         "framework might (`twinrun design --pilot SWEEP --kind shape --delta 5` prices streams)")
     if any(rec.get("seeds_a") for rec in open_pairs):
         items.append("more seeds per framework: the framework verdict is judged against the spread of its seeds "
                      "(`twinrun run SPEC --out DIR --seeds S1,S2,...` trains them)")
