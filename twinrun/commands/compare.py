@@ -105,7 +105,7 @@ def compare_cmd(
         runs_metrics.update(dict(_pairs(metrics, "--metrics", "LABEL=PATH", "trl=runs/trl/metrics.jsonl")))
         from twinrun.core.compare.looks_report import sequential_records
 
-        report_path = write_report(result, out, metrics=runs_metrics, notes=sweep_notes(inputs),
+        report_path = write_report(result, out, metrics=runs_metrics, provenance=sweep_notes(inputs),
                                    sequential=sequential_records(inputs))
     if track:
         from twinrun.core.compare.track_results import log_comparison, tracked_sweep
@@ -116,7 +116,7 @@ def compare_cmd(
     if as_json:
         print_json(result)
         return
-    from twinrun.core.compare.report import print_console
+    from twinrun.core.compare.console import print_console
 
     print_console(result, report_path)
 
