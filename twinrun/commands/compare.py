@@ -44,6 +44,10 @@ def compare_cmd(
     stream_design: str = typer.Option("auto", "--stream-design", help="auto: streams played with shared plans "
                                       "(sweep.json's stream_plans) are blocks, the rest nested replicates; nested: "
                                       "nested replicates whatever the manifest says (docs/streams.md)"),
+    seed_design: str = typer.Option("auto", "--seed-design", help="auto: seed i's runs pair across two groups "
+                                    "where they record the same seed and start under shared stream plans (tested "
+                                    "within seed), else seeds nested in groups; paired or independent force it "
+                                    "(docs/compare.md, Seeds pair)"),
     max_streams: int = typer.Option(64, "--max-streams", min=2, help="the most streams per arm that 'what would "
                                     "decide' may name (at the games per stream played, the protocol's)"),
     metrics: list[str] = typer.Option([], "--metrics", help="LABEL=PATH of a run's metrics.jsonl for the "
@@ -67,7 +71,8 @@ def compare_cmd(
                                max_unmeasured_share=max_unmeasured, family=family,
                                family_map=tuple(_pairs(family_of, "--family-of", "NAME=GLOB", "trl='trl-*'")),
                                rho0=rho0, delta=delta / 100.0, groups=tuple(parse_groups(group)), across=across,
-                               stream_icc=stream_icc, stream_design=stream_design, max_streams=max_streams)
+                               stream_icc=stream_icc, stream_design=stream_design, max_streams=max_streams,
+                               seed_design=seed_design)
     if looks is not None:
         from twinrun.core.compare.looks import format_replay, replay_inputs
         from twinrun.core.compare.looks_report import check_out_dir, write_looks

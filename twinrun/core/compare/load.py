@@ -101,6 +101,12 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[Game
         reps = {a.replicate for a in t.arms}
         t.crossed, t.crossed_why = crossed_from_manifest(manifests.get(t.sweep_id or ""), reps,
                                                          positions.get(t.sweep_id or ""))
+        # each run's start as the sweep recorded it (sweep.json arms' run_start; absent in older sweeps): seeds
+        # pair across groups only from one start (frameworks.seed_pairing)
+        starts = {a.get("arm"): a.get("run_start") for a in (manifests.get(t.sweep_id or "") or {}).get("arms") or []
+                  if isinstance(a, dict)}
+        for a in t.arms:
+            a.run_start = starts.get(a.name)
     return sorted(tables, key=lambda t: (t.executor or "", t.sweep_id or ""))
 
 

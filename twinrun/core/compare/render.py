@@ -18,7 +18,7 @@ def settings_dict(s: CompareSettings) -> dict[str, Any]:
             "max_unmeasured_share": s.max_unmeasured_share, "family": s.family,
             "family_map": [list(x) for x in s.family_map], "rho0": s.rho0, "delta": s.delta,
             "groups": [{"run": r, "framework": f, "seed": sd} for r, f, sd in s.groups], "across": s.across,
-            "stream_icc": s.stream_icc, "stream_design": s.stream_design,
+            "stream_icc": s.stream_icc, "stream_design": s.stream_design, "seed_design": s.seed_design,
             "max_streams": s.max_streams}
 
 

@@ -175,7 +175,23 @@ def _frameworks_section(result: Mapping[str, Any], h: str) -> list[str]:
         else:
             head += f" {c.get('note', '')}."
         lines.append(head)
+        if c.get("seed_design"):
+            lines.append("  " + seed_design_line(c["seed_design"]))
     return lines + [""]
+
+
+def seed_design_line(sd: Mapping[str, Any]) -> str:
+    """One line: which seed design the framework verdict used, which seeds pair and how strongly their curves
+    correlate (pair r of the centred curves)."""
+    if sd.get("design") != "paired":
+        return f"Seeds: independent (split-plot, seeds nested in groups): {sd.get('why', '')}."
+    rs = sd.get("pair_r") or [None] * len(sd.get("pairs") or [])
+    def r_txt(r: float | None) -> str:
+        return _num(r) if r is not None and r == r else "undefined (a flat curve)"
+
+    pairs = ", ".join(f"{a}~{b} (seed {s}, r {r_txt(r)})" for (a, b, s), r in zip(sd.get("pairs") or [], rs))
+    return (f"Seeds: paired (tested within seed; mean pair r {_num(sd.get('pair_r_mean'))}): {pairs}; "
+            f"{sd.get('why', '')}.")
 
 
 def _runs_section(result: Mapping[str, Any], h: str) -> list[str]:
