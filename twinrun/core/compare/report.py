@@ -302,6 +302,9 @@ def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], tit
     lines += _verdict_section(result, h)
     lines += list(after_verdicts)
     lines += _frameworks_section(result, h)
+    from twinrun.core.compare.training_report import training_section  # the runs' step metrics (issue 55)
+
+    lines += training_section(result, h)
     if figures:
         lines += [f"{h} Figures", ""]
         for caption, rel in figures.items():
@@ -424,6 +427,9 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
         if present:
             plots.plot_training_dynamics(present, figdir / "training_dynamics.png")
             figures["Training dynamics of each run (metrics.jsonl)"] = "figures/training_dynamics.png"
+        from twinrun.core.compare.training_report import training_figures
+
+        figures.update(training_figures(result, figdir))
         from twinrun.core.compare.looks_report import looks_section
 
         h = "##"

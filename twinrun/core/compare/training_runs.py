@@ -70,6 +70,9 @@ DEFINITIONS = {
 }
 
 
+NONE_WHY = {"kl": " (the KL loss is off: TRL beta 0, verl use_kl_loss false)"}
+
+
 def metric_value(row: dict[str, Any], path: tuple[str, ...]) -> float:
     v: Any = row
     for k in path:
@@ -276,6 +279,9 @@ def _compare_groups(ga: str, ra: list[TrainingRun], gb: str, rb: list[TrainingRu
         c["note"] = "no step shared by every run of both groups yet"
     mats: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for m in METRICS:
+        if all(np.isnan(r.values[m]).all() for r in ra + rb):
+            c["not_recorded"][m] = "recorded by no run" + (NONE_WHY.get(m, ""))
+            continue
         reason = not_comparable(m, ra + rb)
         if reason:
             c["not_comparable"][m] = reason
@@ -303,3 +309,27 @@ def _compare_groups(ga: str, ra: list[TrainingRun], gb: str, rb: list[TrainingRu
                            "curves_a": a.tolist(), "curves_b": b.tolist()}
     c["differ"] = [m for m in c["metrics"] if c["metrics"][m]["verdict"] == tr.DIFFER]
     return c
+
+
+def training_for_inputs(inputs: Sequence[str | Path], *, groups: Sequence[tuple[str, str, int | None]] = (),
+                        alpha: float = 0.05, level: float = 0.95, n_windows: int = 8, seed_design: str = "auto",
+                        required: bool = True) -> dict[str, Any] | None:
+    """The training block of the runs the inputs name. required=False (beside a checkpoint comparison): only
+    sweep folders are read, and None when their runs' metrics are not found (run folders on another machine)."""
+    if n_windows < 1:
+        raise CompareError(f"--windows: {n_windows} (fix: 1 or more, e.g. 8)")
+    if required:
+        runs = find_runs(inputs)
+    else:
+        sweeps = [p for p in inputs if (Path(p) / "sweep.json").is_file()]
+        runs = [r for s in sweeps for r in _sweep_runs(Path(s))]
+        if not runs:
+            return None
+    apply_groups(runs, groups)
+    return training_block(runs, alpha=alpha, level=level, n_windows=n_windows, seed_design=seed_design)
+
+
+def is_run_folder(path: str | Path) -> bool:
+    """A training run's folder (its metrics.jsonl, no sweep.json): `compare RUN_DIR...` needs no --baseline."""
+    p = Path(path)
+    return p.is_dir() and (p / "metrics.jsonl").is_file() and not (p / "sweep.json").is_file()
