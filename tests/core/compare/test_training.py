@@ -192,3 +192,17 @@ def test_controls_positive_broken_differs_on_reward_from_its_fall() -> None:
     fall = int(np.argmax(curve < curve[:3].mean() / 2)) + 1
     assert fall == 5 and r["first_window_steps"][1] <= fall
     assert r["level"]["ci"][1] < 0  # lower in the broken group, the interval excludes 0
+
+
+def test_a_sweep_folder_finds_its_runs_metrics() -> None:
+    """Beside a checkpoint comparison: the controls' sweep keeps one RUN.jsonl per run under metrics/; --group
+    globs split the TRL runs into their groups (the same seeds twice in one backend is then no longer a mix)."""
+    sweep = CONTROLS.parent
+    groups = [("trlhigh-*", "trlhigh", None), ("trlslow*", "trlslow", None), ("verl2-*", "verl2", None)]
+    block = trr.training_for_inputs([sweep], groups=groups, required=False)
+    assert len(block["runs"]) == 28 and {r["group"] for r in block["runs"]} == {"trl", "trlhigh", "trlslow", "verl",
+                                                                                 "verl2"}
+    pairs = {(c["a"], c["b"]): c for c in block["comparisons"]}
+    assert len(pairs) == 10 and pairs[("trl", "verl")]["design"] == "independent"  # seeds 0-2 vs 0-4
+    assert pairs[("trl", "trlhigh")]["design"] == "paired"  # groups in name order
+    assert trr.training_for_inputs([CONTROLS / "trl-s0.jsonl"], required=False) is None  # not a sweep
