@@ -147,19 +147,19 @@ def _unmatched(ca: list[Curve], cb: list[Curve]) -> str | None:
 
 
 def fisher_basic_ci(r: float, draws: np.ndarray, level: float) -> tuple[float, float]:
-    """r's interval from its draws, centred on the estimate: on Fisher's z, [z - (q_hi - med), z + (med - q_lo)]
-    (the draws' spread around their median, reflected about z = atanh r: a basic interval with the median as the
-    draws' centre). Why not the percentile interval: the draws add seed noise to mean curves that already hold it,
-    so they are attenuated toward 0 and the percentile interval can lie below r (0.972 [0.568, 0.965] on the
-    committed negative control); this interval always contains r and its coverage of the true r is measured in
-    bench/seed_design.py (docs/measured.md)."""
+    """r's interval from its draws, always containing r: the union of the draws' percentile interval and, on
+    Fisher's z, the interval of their median-centred spread reflected about z = atanh r,
+    [z - (q_hi - med), z + (med - q_lo)]. Why: the draws add seed noise to mean curves that already hold it, so they
+    are attenuated toward 0 and the percentile interval can lie below r (0.972 [0.568, 0.965] on the committed
+    negative control); the percentile part keeps the coverage it has where the draws carry the seeds' covariance
+    (bench/seed_design.py measures both, docs/measured.md). NaN where r or the draws are undefined."""
     z = np.arctanh(np.clip(draws[np.isfinite(draws)], -0.999999, 0.999999))
     if not np.isfinite(r) or z.size < 2:
         return float("nan"), float("nan")
     z0 = float(np.arctanh(np.clip(r, -0.999999, 0.999999)))
     a = (1.0 - level) / 2.0
     q_lo, med, q_hi = np.quantile(z, [a, 0.5, 1.0 - a])
-    return float(np.tanh(z0 - (q_hi - med))), float(np.tanh(z0 + (med - q_lo)))
+    return float(np.tanh(min(z0 - (q_hi - med), q_lo))), float(np.tanh(max(z0 + (med - q_lo), q_hi)))
 
 
 def _framework_pair(fa: str, ca: list[Curve], fb: str, cb: list[Curve], pairs: list[dict[str, Any]],
@@ -221,7 +221,8 @@ def _framework_pair(fa: str, ca: list[Curve], fb: str, cb: list[Curve], pairs: l
     what = ("framework x checkpoint term (within seed, against the pairs' seed x checkpoint)" if paired
             else "framework x checkpoint term (against seed x checkpoint)")
     out.update({"pearson": pr, "pearson_ci": list(pr_ci), "pearson_detrended": dr, "pearson_detrended_ci": list(dr_ci),
-                "r_interval": "basic interval on Fisher's z around r (the draws' median-centred spread)",
+                "r_interval": ("union of the draws' percentile interval and the basic interval on Fisher's z around r (the "
+                               "draws' median-centred spread)"),
                 "equivalence": st.equivalence_record(band, BAND_LEVEL, settings.delta),
                 "interaction": {"method": method, **anova}})
     ev = ShapeEvidence(fa, fb, k, None, pearson=pr, pearson_ci=pr_ci, detrended=dr, detrended_ci=dr_ci,
@@ -233,15 +234,22 @@ def _framework_pair(fa: str, ca: list[Curve], fb: str, cb: list[Curve], pairs: l
 
 def _nested_draws(ma: np.ndarray, mb: np.ndarray, anova: dict[str, Any], n_draw: int,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """Seeds nested in groups: each group mean's checkpoint varies by seed_sd^2 / n_seeds, independently, the
-    variance drawn from its scaled inverse chi-square (a few seeds give wide intervals). -> draws of the two mean
-    curves [n_draw, K] each, the stacked means' covariance [2K, 2K] for the band, and its df."""
+    """Seeds nested in groups: each group's mean curve varies by the seeds' pooled within-group covariance across
+    checkpoints over its n_seeds (a seed differs by a profile, not by independent checkpoint noise: a draw adds
+    z @ R / sqrt(df n), R every run's residual row from its group mean, df = N - 2), independently per group and
+    scaled by sqrt(df / chi2_df) for the covariance's own uncertainty (a few seeds give wide intervals). -> draws
+    of the two mean curves [n_draw, K] each, the stacked means' covariance [2K, 2K] for the band (the pooled
+    seed_sd per checkpoint, its split-plot df), and that df."""
     k = ma.shape[1]
-    sig2 = anova["seed_sd"] ** 2 * anova["df2"] / rng.chisquare(anova["df2"], size=(n_draw, 1))
-    da = ma.mean(axis=0)[None, :] + rng.normal(size=(n_draw, k)) * np.sqrt(sig2 / len(ma))
-    db = mb.mean(axis=0)[None, :] + rng.normal(size=(n_draw, k)) * np.sqrt(sig2 / len(mb))
+    resid = np.vstack([ma - ma.mean(axis=0), mb - mb.mean(axis=0)])
+    df = resid.shape[0] - 2
+    out = []
+    for m in (ma, mb):
+        scale = np.sqrt(df / rng.chisquare(df, size=(n_draw, 1)))
+        out.append(m.mean(axis=0)[None, :] + (rng.normal(size=(n_draw, resid.shape[0])) @ resid)
+                   / np.sqrt(df * len(m)) * scale)
     cov = np.diag(np.concatenate([np.full(k, anova["seed_sd"] ** 2 / len(ma)), np.full(k, anova["seed_sd"] ** 2 / len(mb))]))
-    return da, db, cov, float(anova["df2"])
+    return out[0], out[1], cov, float(anova["df2"])
 
 
 def _paired_draws(ma: np.ndarray, mb: np.ndarray, anova: dict[str, Any], n_draw: int,
