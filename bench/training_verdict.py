@@ -99,7 +99,7 @@ def read(mats: dict[str, tuple[np.ndarray, np.ndarray]], design: str, observed: 
 
 def same_truth(rng, noise, draws, n, steps, paired, grow=1.0) -> dict[str, float]:
     hits = {m: 0 for m in noise}
-    fam = {f: 0 for f in {METRICS[m][0] for m in noise}}
+    fam = {f: 0 for f in sorted({METRICS[m][0] for m in noise})}
     anyhit = 0
     for _ in range(draws):
         res, _ = read(plant(rng, noise, n, steps, paired, grow), "paired" if paired else "independent", steps)

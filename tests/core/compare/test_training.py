@@ -15,7 +15,6 @@ from scipy import stats
 from twinrun.core.compare import training as tr
 from twinrun.core.compare import training_runs as trr
 from twinrun.core.compare.stats import holm
-from twinrun.core.compare.training_report import training_section
 from twinrun.core.records import JsonlWriter, StepMetrics, provenance
 
 CONTROLS = Path(__file__).resolve().parents[3] / "experiments" / "controls" / "data" / "sweep" / "metrics"
@@ -152,7 +151,11 @@ def test_cli_on_run_folders_without_baseline_and_report(tmp_path: Path, capsys) 
 
 @pytest.mark.slow  # a checkpoint comparison to render around it (~8 s on a loaded machine)
 def test_report_section_in_every_comparison(tmp_path: Path) -> None:
-    from twinrun.core.compare import CompareSettings, compare_games, synthetic_game_table
+    from twinrun.core.compare import (
+        CompareSettings,
+        compare_games,
+        synthetic_game_table,
+    )
     from twinrun.core.compare.report import write_report
 
     result = compare_games(synthetic_game_table({"trl": [0.0, 0.5, 0.2], "verl": [0.0, 0.5, 0.2]}, seed=0),

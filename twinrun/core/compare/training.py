@@ -30,7 +30,6 @@ import numpy as np
 from scipy import stats
 
 from twinrun.core.compare import shape
-from twinrun.core.compare.stats import holm
 
 DIFFER = "differ"
 NOT_SHOWN = "not shown to differ"

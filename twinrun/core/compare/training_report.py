@@ -46,21 +46,21 @@ def training_section(result: Mapping[str, Any], h: str = "##") -> list[str]:
     if not t["comparisons"]:
         return lines + [f"- {n}" for n in t["notes"]] + [""]
     lines += [comparison_sentence(c) for c in t["comparisons"]] + [""]
-    lines += [f"Each metric's step curve is averaged into at most {t['n_windows']} windows and tested on its own "
-              f"units (level and shape, within seed where seeds pair); {t['correction']}; alpha {t['alpha']}. "
-              "'first parting': the first window at which the windows so far would have said differ.", ""]
+    lines += [(f"Each metric's step curve is averaged into at most {t['n_windows']} windows and tested on its own "
+               f"units (level and shape, within seed where seeds pair); {t['correction']}; alpha {t['alpha']}. "
+               "'first parting': the first window at which the windows so far would have said differ."), ""]
     for c in t["comparisons"]:
         rows = []
         for m, r in c["metrics"].items():
             lv, sh = r["level"], r.get("shape") or {}
-            rows.append([f"`{m}`", r["family"], r["verdict"] or "–", f"{_g(lv['estimate'])} [{_g(lv['ci'][0])}, "
-                         f"{_g(lv['ci'][1])}]", _g(lv.get("p_value")), _g(sh.get("p_value")), _g(r["p_value"]),
+            diff = f"{_g(lv['estimate'])} [{_g(lv['ci'][0])}, {_g(lv['ci'][1])}]"
+            rows.append([f"`{m}`", r["family"], r["verdict"] or "–", diff, _g(lv.get("p_value")), _g(sh.get("p_value")), _g(r["p_value"]),
                          _g(r.get("p_holm")), _steps(r["first_window_steps"]) if r.get("first_window_steps") else "–"])
-        lines += [f"**{c['a']} ({', '.join(c['runs_a'])}) vs {c['b']} ({', '.join(c['runs_b'])})**: {c['design']} "
-                  f"seeds ({c['design_why']}).", ""]
+        lines += [(f"**{c['a']} ({', '.join(c['runs_a'])}) vs {c['b']} ({', '.join(c['runs_b'])})**: "
+                   f"{c['design']} seeds ({c['design_why']})."), ""]
         if rows:
-            lines += ["| metric | family | verdict | mean difference a - b [CI] | p level | p shape | p | p Holm "
-                      "(weighted) | first parting |", "|---|---|---|---|---|---|---|---|---|"]
+            lines += [("| metric | family | verdict | mean difference a - b [CI] | p level | p shape | p | p Holm "
+                       "(weighted) | first parting |"), "|---|---|---|---|---|---|---|---|---|"]
             lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
         for m, reason in c["not_comparable"].items():
             lines.append(f"- `{m}` not comparable: {reason}.")
@@ -77,9 +77,9 @@ def training_section(result: Mapping[str, Any], h: str = "##") -> list[str]:
 def plot_training_curves(block: Mapping[str, Any], path: str | Path) -> Path:
     """Per compared metric of the first pair of groups: each group's seeds as a min-max band around their mean
     window curve, and the first parting as a vertical line."""
-    from twinrun.core.compare.plots import _STYLES, _figure, _save, _save_empty
-
     import numpy as np
+
+    from twinrun.core.compare.plots import _STYLES, _figure, _save, _save_empty
 
     comps = [c for c in block.get("comparisons", []) if c["metrics"]]
     fig = _figure(11.0, 3.0)
