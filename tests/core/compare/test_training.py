@@ -233,3 +233,25 @@ def test_a_sweep_folder_finds_its_runs_metrics() -> None:
     assert len(pairs) == 10 and pairs[("trl", "verl")]["design"] == "independent"  # seeds 0-2 vs 0-4
     assert pairs[("trl", "trlhigh")]["design"] == "paired"  # groups in name order
     assert trr.training_for_inputs([CONTROLS / "trl-s0.jsonl"], required=False) is None  # not a sweep
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--training", "{ws}/stuff"], "not a sweep folder (sweep.json), a run folder (metrics.jsonl)"),
+    (["--training", "{ws}/nowhere.jsonl"], "no metrics.jsonl"),
+    (["--training", "{ws}/trl-s0", "--windows", "0"], "--windows: 0"),
+    (["--training", "{ws}/trl-s0", "--group", "x-*=x"], "--group: 'x-*' matches no run"),
+    (["--training", "{ws}/trl-s0", "--seed-design", "paired"], "--seed-design paired"),
+])
+def test_bad_training_inputs_are_one_line_and_write_nothing(args, names, tmp_path: Path, capsys) -> None:
+    from twinrun.testing.run_folders import folder_digest, run_twinrun
+
+    (tmp_path / "stuff").mkdir()
+    _run(tmp_path / "trl-s0", "trl", 0, [0.1, 0.2])
+    _run(tmp_path / "verl-s1", "verl", 1, [0.1, 0.2])
+    args = [a.replace("{ws}", str(tmp_path)) for a in args] + ["--out", str(tmp_path / "new")]
+    if "--seed-design" in args:
+        args.insert(2, str(tmp_path / "verl-s1"))
+    before = folder_digest(tmp_path)
+    code, _, err = run_twinrun(["compare", *args], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and names in err and "fix" in err, err
+    assert folder_digest(tmp_path) == before and not (tmp_path / "new").exists()

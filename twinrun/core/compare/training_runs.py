@@ -170,10 +170,11 @@ def find_runs(inputs: Sequence[str | Path]) -> list[TrainingRun]:
             if not runs:
                 raise CompareError(f"{p}: a sweep whose runs' metrics.jsonl are not found (fix: keep the run folders "
                                    "sweep.json names, or put RUN.jsonl files under its metrics/ folder)")
-        elif p.is_dir() or p.suffix == ".jsonl":
+        elif (p.is_dir() and (p / "metrics.jsonl").is_file()) or p.suffix == ".jsonl":
             runs = [read_run(p)]
         else:
-            raise CompareError(f"{p}: not a sweep folder, run folder or metrics .jsonl (fix: pass one of those)")
+            raise CompareError(f"{p}: not a sweep folder (sweep.json), a run folder (metrics.jsonl) or a metrics "
+                               ".jsonl file (fix: pass one of those)")
         for r in runs:
             found.setdefault(r.name, r)
     return list(found.values())
