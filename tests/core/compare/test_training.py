@@ -167,6 +167,13 @@ def test_report_section_in_every_comparison(tmp_path: Path) -> None:
     assert "## Training curves" in text and "figures/training_curves.png" in text
     assert "## Training curves" not in write_report({k: v for k, v in result.items() if k != "training"},
                                                     tmp_path / "out2").read_text()
+    # as `twinrun run` (the demo) writes its report: compare()'s result and one run's metrics per backend
+    demo = write_report({k: v for k, v in result.items() if k != "training"}, tmp_path / "out3",
+                        metrics={"trl": tmp_path / "trl-s0" / "metrics.jsonl",
+                                 "verl": tmp_path / "verl-s0" / "metrics.jsonl"}).read_text()
+    assert "## Training curves" in demo and "needs >= 2 seeds per group" in demo
+    assert (tmp_path / "out3" / "figures" / "training_curves.png").read_bytes()[:8] == PNG
+    assert json.loads((tmp_path / "out3" / "compare.json").read_text())["training"]["runs"][0]["run"] == "trl"
 
 
 def _controls(names: list[str], groups: list[tuple[str, str, None]] = ()) -> dict:

@@ -414,6 +414,9 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
     out = Path(out_dir)
     figdir = out / "figures"
     present = {k: v for k, v in (metrics or {}).items() if Path(v).exists()}
+    from twinrun.core.compare.training_report import training_figures, with_training
+
+    result = with_training(result, present)  # the runs' training curves (issue 55), unless compare gave them
     if result.get("kind") == "transfer":
         figures = {}
         plots.plot_transfer(result, figdir / "transfer.png")
@@ -427,8 +430,6 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
         if present:
             plots.plot_training_dynamics(present, figdir / "training_dynamics.png")
             figures["Training dynamics of each run (metrics.jsonl)"] = "figures/training_dynamics.png"
-        from twinrun.core.compare.training_report import training_figures
-
         figures.update(training_figures(result, figdir))
         from twinrun.core.compare.looks_report import looks_section
 

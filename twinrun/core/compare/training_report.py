@@ -52,6 +52,8 @@ def training_section(result: Mapping[str, Any], h: str = "##") -> list[str]:
     for c in t["comparisons"]:
         rows = []
         for m, r in c["metrics"].items():
+            if r["level"] is None:  # no verdict (c["note"] says why): the curves are in the figure only
+                continue
             lv, sh = r["level"], r.get("shape") or {}
             diff = f"{_g(lv['estimate'])} [{_g(lv['ci'][0])}, {_g(lv['ci'][1])}]"
             rows.append([f"`{m}`", r["family"], r["verdict"] or "–", diff, _g(lv.get("p_value")), _g(sh.get("p_value")), _g(r["p_value"]),
@@ -97,13 +99,15 @@ def plot_training_curves(block: Mapping[str, Any], path: str | Path) -> Path:
         for i, (g, key) in enumerate(((c["a"], "curves_a"), (c["b"], "curves_b"))):
             color, marker, ls = _STYLES[i]
             y = np.asarray(r[key], dtype=float)
-            ax.fill_between(x, y.min(axis=0), y.max(axis=0), color=color, alpha=0.18, lw=0)
+            if y.shape[0] > 1:
+                ax.fill_between(x, y.min(axis=0), y.max(axis=0), color=color, alpha=0.18, lw=0)
             ax.plot(x, y.mean(axis=0), color=color, marker=marker, ls=ls, ms=3, lw=1.3, label=f"{g} ({y.shape[0]})")
         if r.get("first_window_steps"):
             w = r["first_window_steps"]
             ax.axvline((w[0] + w[1]) / 2, color="black", lw=1, ls=":")
             ax.text((w[0] + w[1]) / 2, ax.get_ylim()[1], " parts", fontsize=7, va="top")
-        ax.set_title(f"{m}: {r['verdict']}" + (f" (p {r['p_holm']:.2g})" if r.get("p_holm") is not None else ""),
+        ax.set_title(f"{m}: {r['verdict'] or 'no verdict'}"
+                     + (f" (p {r['p_holm']:.2g})" if r.get("p_holm") is not None else ""),
                      fontsize=8, fontweight="bold" if r["verdict"] == DIFFER else "normal")
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
@@ -113,6 +117,19 @@ def plot_training_curves(block: Mapping[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"{c['a']} vs {c['b']}: training curves by window (x = training step), {c['design']} seeds",
                  fontsize=10)
     return _save(fig, path)
+
+
+def with_training(result: Mapping[str, Any], metrics: Mapping[str, str | Path]) -> Mapping[str, Any]:
+    """The result with a "training" block from the runs' metrics files, where it has none yet (a report written
+    from `compare()` directly, as `twinrun run` does); unchanged when none of the files exists."""
+    from twinrun.core.compare.training_runs import block_from_metrics
+
+    if result.get("training") or not metrics or result.get("kind") == "transfer":
+        return result
+    settings = result.get("settings") or {}
+    block = block_from_metrics(dict(metrics), alpha=settings.get("alpha", 0.05), level=settings.get("level", 0.95),
+                               seed_design=settings.get("seed_design", "auto"))
+    return {**result, "training": block} if block else result
 
 
 def training_figures(result: Mapping[str, Any], figdir: Path, rel: str = "figures") -> dict[str, str]:

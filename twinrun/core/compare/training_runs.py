@@ -301,7 +301,8 @@ def _compare_groups(ga: str, ra: list[TrainingRun], gb: str, rb: list[TrainingRu
     if c["note"] is None and mats:
         res = tr.verdicts(mats, design, alpha, level)
     else:
-        res = {m: {"verdict": None, "windows": None} for m in mats}
+        res = {m: {"verdict": None, "p_value": None, "p_holm": None, "level": None, "shape": None, "windows": None}
+               for m in mats}  # the curves are still drawn
     for m, (a, b) in mats.items():
         r = res[m]
         fw = r.get("first_window")
@@ -328,6 +329,17 @@ def training_for_inputs(inputs: Sequence[str | Path], *, groups: Sequence[tuple[
             return None
     apply_groups(runs, groups)
     return training_block(runs, alpha=alpha, level=level, n_windows=n_windows, seed_design=seed_design)
+
+
+def block_from_metrics(metrics: dict[str, str | Path], **kw: Any) -> dict[str, Any] | None:
+    """The training block of runs named label -> metrics.jsonl (as `write_report` is given them; `twinrun run`'s
+    report); None when none of the files exists."""
+    runs = []
+    for label, path in metrics.items():
+        p = Path(path)
+        if p.is_file():
+            runs.append(read_run(p.parent if p.name == "metrics.jsonl" else p, name=label))
+    return training_block(runs, **kw) if runs else None
 
 
 def is_run_folder(path: str | Path) -> bool:
