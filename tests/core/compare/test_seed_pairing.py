@@ -158,6 +158,7 @@ def test_compare_reads_run_start_from_sweep_json(tmp_path) -> None:
     from pathlib import Path
 
     from twinrun.core.compare import compare
+    from twinrun.core.compare.report import render_comparison
     from twinrun.core.compare.synthetic import synthetic_game_table, write_sweep
 
     shape_ = [0.0, 0.8, 0.3, -0.5, 0.6]
@@ -176,3 +177,6 @@ def test_compare_reads_run_start_from_sweep_json(tmp_path) -> None:
         sd = res["frameworks"]["comparisons"][0]["seed_design"]
         assert sd["design"] == want, sd
         assert ("the same start" in sd["why"]) if want == "paired" else ("warm-b" in sd["why"])
+        text = render_comparison(res, {})
+        line = "Seeds: paired (tested within seed" if want == "paired" else "Seeds: independent (split-plot"
+        assert line in text and ("trl-s0~verl-s0 (seed 0, r " in text) == (want == "paired")

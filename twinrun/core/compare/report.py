@@ -513,6 +513,8 @@ def _print_comparison(console: Any, result: Mapping[str, Any]) -> None:
     for c in fw.get("comparisons") or []:
         if c.get("verdict"):
             console.print(f"[bold]framework {c['a']} vs {c['b']}: {c['verdict']}[/]\n  {c['explanation']}")
+            if c.get("seed_design"):
+                console.print(f"  {seed_design_line(c['seed_design'])}", markup=False)
     for fl in result["flags"]:
         console.print(f"[yellow]flag:[/] {fl}")
     for s in result["skipped"]:
