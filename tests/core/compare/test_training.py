@@ -240,6 +240,8 @@ def test_a_sweep_folder_finds_its_runs_metrics() -> None:
     assert len(pairs) == 10 and pairs[("trl", "verl")]["design"] == "independent"  # seeds 0-2 vs 0-4
     assert pairs[("trl", "trlhigh")]["design"] == "paired"  # groups in name order
     assert trr.training_for_inputs([CONTROLS / "trl-s0.jsonl"], required=False) is None  # not a sweep
+    mixed = trr.training_for_inputs([sweep], required=False)  # by backend alone: trl-s0 and trlhigh-s0 in one group
+    assert any("group trl holds several runs at seed 0" in n for n in mixed["notes"])
 
 
 @pytest.mark.parametrize("args, names", [

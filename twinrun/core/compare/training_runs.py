@@ -249,6 +249,13 @@ def training_block(runs: list[TrainingRun], *, alpha: float = 0.05, level: float
                                                         if not r.steps.size],
         "comparisons": [],
     }
+    for g, rs in sorted(groups.items()):
+        seeds = [r.seed for r in rs if r.seed is not None]
+        dup = sorted({s for s in seeds if seeds.count(s) > 1})
+        if dup:
+            names = ", ".join(r.name for r in rs if r.seed == dup[0])
+            out["notes"].append(f"group {g} holds several runs at seed {dup[0]} ({names}): if they are different arms, "
+                                "name their groups (--group 'NAME-*=NAME')")
     if len(groups) < 2:
         out["notes"].append(f"{len(groups)} group(s) of runs ({', '.join(sorted(groups)) or 'none'}): a training "
                             "verdict needs two (fix: runs of two frameworks, or --group RUN=GROUP)")
