@@ -269,3 +269,19 @@ def test_bad_training_inputs_are_one_line_and_write_nothing(args, names, tmp_pat
     code, _, err = run_twinrun(["compare", *args], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and names in err and "fix" in err, err
     assert folder_digest(tmp_path) == before and not (tmp_path / "new").exists()
+
+
+@pytest.mark.slow  # ~100 planted draws through the real verdict (the bench has 400 per case: docs/measured.md)
+def test_seeded_rates_on_planted_curves_with_the_controls_noise() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("training_bench", CONTROLS.parents[4] / "bench" / "training_verdict.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = np.random.default_rng(11)
+    noise = bench.measure_noise()
+    assert round(float(noise["reward_mean"]["run_sd"]), 3) == 0.203  # the controls' own noise, as measured.md says
+    same = bench.same_truth(rng, noise, 60, 3, 8, True)
+    assert same["any metric"] <= 0.10  # family-wise 5%: at most 6 of 60 (bench: 2.2% of 400)
+    fall = bench.fall_power(rng, noise, 40, 6, 0.5, 8)
+    assert fall["power"] >= 0.85 and fall["first_step_median"] <= 6  # bench: 100%, median step 5
