@@ -9,6 +9,7 @@ from typing import Any
 
 from twinrun.core.compare.training import DIFFER
 
+MAX_FIGURES = 4
 FIGURE = "Training curves per metric: each group's seeds (band: lowest to highest seed) and mean, the first window where the curves part marked"
 
 
@@ -76,9 +77,9 @@ def training_section(result: Mapping[str, Any], h: str = "##") -> list[str]:
     return lines + ([""] if t["notes"] else [])
 
 
-def plot_training_curves(block: Mapping[str, Any], path: str | Path) -> Path:
-    """Per compared metric of the first pair of groups: each group's seeds as a min-max band around their mean
-    window curve, and the first parting as a vertical line."""
+def plot_training_curves(block: Mapping[str, Any], path: str | Path, index: int = 0) -> Path:
+    """Per compared metric of one pair of groups (the index-th with metrics): each group's seeds as a min-max band
+    around their mean window curve, and the first parting as a vertical line."""
     import numpy as np
 
     from twinrun.core.compare.plots import _STYLES, _figure, _save, _save_empty
@@ -87,7 +88,7 @@ def plot_training_curves(block: Mapping[str, Any], path: str | Path) -> Path:
     fig = _figure(11.0, 3.0)
     if not comps:
         return _save_empty(fig, "no training metric compared", path)
-    c = comps[0]
+    c = comps[index]
     names = list(c["metrics"])
     cols = min(4, len(names))
     nrows = -(-len(names) // cols)
@@ -135,10 +136,13 @@ def with_training(result: Mapping[str, Any], metrics: Mapping[str, str | Path]) 
 def training_figures(result: Mapping[str, Any], figdir: Path, rel: str = "figures") -> dict[str, str]:
     """caption -> relative path of the training-curves figure (none without a compared metric)."""
     t = result.get("training")
-    if not t or not any(c["metrics"] for c in t["comparisons"]):
-        return {}
-    plot_training_curves(t, figdir / "training_curves.png")
-    return {FIGURE: f"{rel}/training_curves.png"}
+    comps = [c for c in (t or {}).get("comparisons", []) if c["metrics"]]
+    out = {}
+    for i, c in enumerate(comps[:MAX_FIGURES]):  # one figure per pair of groups (the first few)
+        name = "training_curves.png" if i == 0 else f"training_curves-{i + 1}.png"
+        plot_training_curves(t, figdir / name, index=i)
+        out[f"{FIGURE} ({c['a']} vs {c['b']})"] = f"{rel}/{name}"
+    return out
 
 
 def console_lines(block: Mapping[str, Any]) -> list[str]:
