@@ -200,6 +200,12 @@ def _provenance(result: Mapping[str, Any], ctx: Context) -> list[str]:
     return lines
 
 
+def _training(result: Mapping[str, Any], ctx: Context) -> list[str]:
+    from twinrun.core.compare.training_report import training_section  # the runs' step metrics (issue 55)
+
+    return training_section(result, ctx.h)
+
+
 def _words(result: Mapping[str, Any], ctx: Context) -> list[str]:
     from twinrun.core.compare.glossary import render_markdown
 
@@ -213,7 +219,8 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("compared", _compared), ("headline", _headline), ("notes", _notes), ("lift-figure", _first_figure),
     ("peaks", _peaks), ("next", _next),
     ("verdicts", lambda r, c: _verdict_section(r, c.h)), ("looks", _looks),
-    ("frameworks", lambda r, c: _frameworks_section(r, c.h)), ("figures", _figures_section),
+    ("frameworks", lambda r, c: _frameworks_section(r, c.h)), ("training", _training),
+    ("figures", _figures_section),
     ("runs", lambda r, c: _runs_section(r, c.h)), ("streams", lambda r, c: _streams_section(r, c.h)),
     ("arms", lambda r, c: _arms_section(r, c.h)), ("families", lambda r, c: _families_section(r, c.h)),
     ("flags", _flags), ("skipped", _skipped), ("methods", _methods), ("provenance", _provenance), ("words", _words),
@@ -347,6 +354,9 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
     out = Path(out_dir)
     figdir = out / "figures"
     present = {k: v for k, v in (metrics or {}).items() if Path(v).exists()}
+    from twinrun.core.compare.training_report import training_figures, with_training
+
+    result = with_training(result, present)  # the runs' training curves (issue 55), unless compare gave them
     if result.get("kind") == "transfer":
         figures = {}
         plots.plot_transfer(result, figdir / "transfer.png")
@@ -364,6 +374,7 @@ def write_report(result: Mapping[str, Any] | str | Path, out_dir: str | Path, *,
         if present:
             plots.plot_training_dynamics(present, figdir / "training_dynamics.png")
             figures["Training dynamics of each run (metrics.jsonl)"] = "figures/training_dynamics.png"
+        figures.update(training_figures(result, figdir))
         from twinrun.core.compare.looks_report import looks_section
 
         h = "##"
