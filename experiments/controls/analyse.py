@@ -12,6 +12,8 @@ Three jobs:
   same games under the same stream plans (:func:`add`).
 * ``python experiments/controls/analyse.py view NAME --to DIR`` writes one control as a sweep folder of its own,
   for ``twinrun compare DIR --baseline baseline`` (its full report).
+* ``python experiments/controls/analyse.py permutations NAME`` prints every relabelling of one control's runs with
+  its F, under each seed design that applies (the permutation check in docs/findings.md; permute.py).
 * ``python experiments/controls/analyse.py findings`` runs ``twinrun compare``'s own function on each control whose
   runs are all committed and prints the block docs/findings.md carries between its ``findings:start`` /
   ``findings:end`` markers; ``--write`` puts it there. tests/test_controls_findings.py recomputes the block from the
@@ -31,7 +33,12 @@ The controls (which runs each one holds):
   where lr / 10 did not);
 * ``positive-6``: the slow-rate positive control again, on the second machine, at six seeds per group;
 * ``machines``: verl seeds 0-2 against the same seeds trained on another machine, whose rebuilt warm start is
-  another model (the same algorithm: must not say "differ").
+  another model (the same algorithm: must not say "differ");
+* ``negative-unpaired``: TRL at seeds 10-12 against verl at seeds 20-22 (the same algorithm, seeds that do not pair:
+  the negative control whose null can fail, read under the independent design).
+
+Each control is read under its seed design (issue 50): paired where seed i of both groups shares the warm start,
+task-group order and stream plans, independent where it does not (CONTROLS' ``design``).
 
 What each control can decide and what a verdict would cost (the seed spread, the paper-shaped MDEs, the verdict
 budget) is in power.py beside this file.
@@ -70,7 +77,9 @@ CONTROLS: dict[str, dict[str, Any]] = {
                     "confounded)"},
     # "design": the seed design compare reads the framework verdict under (CompareSettings.seed_design, issue 50):
     # paired where seed i of both groups shares the warm start, the task-group order and the stream plans (one
-    # machine, one warm-start cache, the same seed numbers); independent where a seed's start is not shared
+    # machine, one warm-start cache, the same seed numbers); independent where a seed's start is not shared.
+    # "check": the readings the first budget mis-predicted (power 0.63 and 0.88 where the nested test missed):
+    # what each Monte Carlo predicts for them (power.design_check)
     "pilot": {"runs": ["trl-s0", "trl-s1", "verl-s0", "verl-s1"], "truth": "same algorithm", "design": "paired"},
     "negative": {"runs": ["trl-s0", "trl-s1", "trl-s2", "verl-s0", "verl-s1", "verl-s2"], "truth": "same algorithm",
                  "budget": "agree", "design": "paired"},
