@@ -367,9 +367,9 @@ def _control_findings(name: str, data: Path, figure: bool = False) -> dict[str, 
         "baseline_rate": res["baseline"]["success_rate"],
         "cost": cost(data),
     }
+    c["readings"] = readings(c)  # first: the paper-shaped sizing takes the split-plot reading's seed SD
     c["paper"] = power.paper_shaped(c)
     c["seed_spread"] = power.seed_spread(c) if CONTROLS[name].get("seed_spread") else None
-    c["readings"] = readings(c)
     return c
 
 
@@ -400,14 +400,15 @@ def _print_permutations(name: str) -> int:
         pc = rd["permutation"]
         print(f"{name}, {design} design: {pc['n']} labellings; the true one's F {pc['statistic']:.4f} ranks "
               f"{pc['rank']} of {pc['n']} (1 = largest F; permutation p {pc['p']:.3f})")
+        both = runs[fa] + runs[fb]
+        seeds = [g["seed"] for g in sorted(c["groups"][fa], key=lambda g: (g["seed"] is None, g["seed"]))]
         for i, r in enumerate(rows):
             if design == "paired":
-                what = "swapped seeds: " + (", ".join(str(j) for j in r["moved"]) or "none")
-            else:
-                both = runs[fa] + runs[fb]
-                moved = [both[j] for j in r["moved"]]
-                what = "moved: " + (", ".join(moved) or "none")
-            print(f"  F {r['statistic']:8.4f}  {what}{'  (the true split)' if i == 0 else ''}")
+                what = "seeds whose two runs swap: " + (", ".join(str(seeds[j]) for j in r["moved"]) or "none")
+            else:  # the runs labelled fa in this split: the true ones less those moved out, plus those moved in
+                side = [x for j, x in enumerate(both) if (j < len(runs[fa])) != (j in r["moved"])]
+                what = f"labelled {fa}: " + ", ".join(side)
+            print(f"  F {r['statistic']:8.4f}  {what}{'  (the true labelling)' if i == 0 else ''}")
     return 0
 
 
