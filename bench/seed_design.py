@@ -18,7 +18,8 @@ Every draw is read with both designs (compare's own `_framework_pair`, seed_desi
 verdict counted: on flat truth a "differ" or "co-move, profiles differ" is a false claim (bound 7%); on the rise it
 is a detection. r's interval (basic on Fisher's z, :func:`frameworks.fisher_basic_ci`) is checked for containing
 the true r, the correlation of the two groups' expected mean curves (by Monte Carlo over seeds), beside the old
-percentile interval's coverage.
+percentile interval's coverage (percentiles of nested draws that are iid across checkpoints), at the controls' noise
+and at 0.4 x their drift and cell noise.
 
     nice -n 10 python bench/seed_design.py [--draws 400]
 """
@@ -47,26 +48,28 @@ def _expit(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def planted(rng: np.random.Generator, n: int, *, paired: bool, truth: str) -> tuple[np.ndarray, np.ndarray]:
-    """Lift curves of two groups at n seeds: a[n, K], b[n, K] (row i: seed i). truth "flat" or "rise"."""
+def planted(rng: np.random.Generator, n: int, *, paired: bool, truth: str,
+            noise: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Lift curves of two groups at n seeds: a[n, K], b[n, K] (row i: seed i). truth "flat" or "rise"; noise
+    scales the runs' own drift and the cell noise (1: the controls')."""
     start_a = rng.normal(0, START_SD, (n, 1))
     start_b = start_a if paired else rng.normal(0, START_SD, (n, 1))
-    shared = rng.normal(0, CELL_SD, (n, K))
+    shared = rng.normal(0, CELL_SD * noise, (n, K))
     c = SHARED_NOISE if paired else np.zeros(K)
     out = []
     for start, effect in ((start_a, -RISE if truth == "rise" else 0.0), (start_b, 0.0)):
-        walk = np.cumsum(rng.normal(0, WALK_SD, (n, K)), axis=1)
+        walk = np.cumsum(rng.normal(0, WALK_SD * noise, (n, K)), axis=1)
         walk -= walk[:, :1]  # both runs of a seed leave the same start
-        noise = np.sqrt(c) * shared + np.sqrt(1.0 - c) * rng.normal(0, CELL_SD, (n, K))
-        rate = _expit(BASE + start * FADE + walk + effect) + noise
+        cell = np.sqrt(c) * shared + np.sqrt(1.0 - c) * rng.normal(0, CELL_SD * noise, (n, K))
+        rate = _expit(BASE + start * FADE + walk + effect) + cell
         out.append(rate - BASELINE)
     return out[0], out[1]
 
 
-def true_r(truth: str, draws: int = 40_000, seed: int = 99) -> float:
+def true_r(truth: str, noise: float = 1.0, draws: int = 40_000, seed: int = 99) -> float:
     """r of the two groups' expected mean lift curves (Monte Carlo over seeds' starts and walks)."""
     rng = np.random.default_rng(seed)
-    a, b = planted(rng, draws, paired=True, truth=truth)
+    a, b = planted(rng, draws, paired=True, truth=truth, noise=noise)
     return float(np.corrcoef(a.mean(axis=0), b.mean(axis=0))[0, 1])
 
 
@@ -96,21 +99,23 @@ def percentile_r_ci(a: np.ndarray, b: np.ndarray, level: float, rng: np.random.G
     return float(lo), float(hi)
 
 
-def rates(n: int, *, paired: bool, truth: str, draws: int, seed: int) -> dict[str, dict[str, float]]:
+def rates(n: int, *, paired: bool, truth: str, draws: int, seed: int,
+          noise: float = 1.0) -> dict[str, dict[str, float]]:
     """Per reading design: the share of draws whose verdict claims a difference ("differ" or "co-move"), whose
     interaction p < 0.05, and whose r interval holds the true r (rise only; flat truth's r is 1, on the edge)."""
     from twinrun.core.compare.verdict import CO_MOVE, DIFFER
 
     rng = np.random.default_rng(seed)
-    r_true = true_r(truth) if truth == "rise" else None
-    out: dict[str, dict[str, float]] = {d: {"claim": 0.0, "p05": 0.0, "cover": 0.0, "cover_pct": 0.0}
+    r_true = true_r(truth, noise) if truth == "rise" else None
+    out: dict[str, dict[str, float]] = {d: {"claim": 0.0, "p05": 0.0, "cover": 0.0, "cover_pct": 0.0, "r": 0.0}
                                         for d in ("paired", "independent")}
     for i in range(draws):
-        a, b = planted(rng, n, paired=paired, truth=truth)
+        a, b = planted(rng, n, paired=paired, truth=truth, noise=noise)
         for d in out:
             res = read(a, b, d, seed=i)
             out[d]["claim"] += res["verdict"] in (DIFFER, CO_MOVE)
             out[d]["p05"] += res["anova"]["p_value"] < 0.05
+            out[d]["r"] += res["pearson"] if np.isfinite(res["pearson"]) else 0.0
             if r_true is not None:
                 lo, hi = res["pearson_ci"]
                 out[d]["cover"] += lo <= r_true <= hi
@@ -124,18 +129,22 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=400)
     args = ap.parse_args()
     t0 = time.time()
-    print(f"true r of the rise case's expected mean curves: {true_r('rise'):.3f}")
+    print("(mean r: the framework verdict's r of the two mean curves, averaged over draws)")
+    print(f"true r of the rise case's expected mean curves: {true_r('rise'):.3f} (noise x 0.4: "
+          f"{true_r('rise', 0.4):.3f})")
     print("| truth | data | seeds | read as | claims differ/co-move | interaction p < 0.05 | r CI covers true r "
-          "(basic z) | (old percentile) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for truth in ("flat", "rise"):
+          "(this interval) | (old percentile) | mean r |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for truth, noise in (("flat", 1.0), ("rise", 1.0), ("rise", 0.4)):
         for paired in (True, False):
             for n in (3, 6):
-                res = rates(n, paired=paired, truth=truth, draws=args.draws, seed=1000 * n + 10 * paired + (truth == "rise"))
+                res = rates(n, paired=paired, truth=truth, draws=args.draws, noise=noise,
+                            seed=1000 * n + 10 * paired + (truth == "rise") + int(100 * (noise != 1.0)))
                 for d, m in res.items():
                     cov = (f"{m['cover']:.1%} | {m['cover_pct']:.1%}" if truth == "rise" else "– | –")
-                    print(f"| {truth} | {'paired' if paired else 'independent'} | {n} | {d} | {m['claim']:.1%} | "
-                          f"{m['p05']:.1%} | {cov} |", flush=True)
+                    label = truth if noise == 1.0 else f"{truth}, drift and cell noise x {noise:g}"
+                    print(f"| {label} | {'paired' if paired else 'independent'} | {n} | {d} | {m['claim']:.1%} | "
+                          f"{m['p05']:.1%} | {cov} | {m['r']:.2f} |", flush=True)
     print(f"{args.draws} draws per row, {time.time() - t0:.0f} s")
 
 

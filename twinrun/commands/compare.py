@@ -43,7 +43,13 @@ def compare_cmd(
                                             "shape (docs/compare.md)"),
     stream_design: str = typer.Option("auto", "--stream-design", help="auto: streams played with shared plans "
                                       "(sweep.json's stream_plans) are blocks, the rest nested replicates; nested: "
-                                      "nested replicates whatever the manifest says (docs/streams.md)"),
+                                      "nested replicates whatever the manifest says; crossed: you state that stream "
+                                      "r of every arm played one common order with shared seeds (rows of another "
+                                      "harness), refused where the rows' positions contradict it (docs/streams.md)"),
+    games_hash: str | None = typer.Option(None, "--games-hash", help="HASH: the game list to compare on where a "
+                                          "sweep's arms carry more than one (or another than sweep.json's): the arms "
+                                          "played on HASH are compared, the others left out and named in the report; "
+                                          "without it such arms are refused (docs/compare.md)"),
     seed_design: str = typer.Option("auto", "--seed-design", help="auto: seed i's runs pair across two groups "
                                     "where they record the same seed and start under shared stream plans (tested "
                                     "within seed), else seeds nested in groups; paired or independent force it "
@@ -72,7 +78,7 @@ def compare_cmd(
                                family_map=tuple(_pairs(family_of, "--family-of", "NAME=GLOB", "trl='trl-*'")),
                                rho0=rho0, delta=delta / 100.0, groups=tuple(parse_groups(group)), across=across,
                                stream_icc=stream_icc, stream_design=stream_design, max_streams=max_streams,
-                               seed_design=seed_design)
+                               games_hash=games_hash, seed_design=seed_design)
     if looks is not None:
         from twinrun.core.compare.looks import format_replay, replay_inputs
         from twinrun.core.compare.looks_report import check_out_dir, write_looks

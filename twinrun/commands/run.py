@@ -86,6 +86,9 @@ def run(
     console.rule("sweep")
     t0 = time.time()
     sweep_dir = out / "sweep"
+    from twinrun.commands.sweep import check_checkpoint_files
+
+    check_checkpoint_files(spec, run_dirs, cache)  # a checkpoint that cannot load: refused before sweep/ is written
     result = sw.sweep(
         spec,
         run_dirs,

@@ -147,6 +147,8 @@ def sweep_cmd(
     if spec.sweep.curator_server and curator != "hf":
         raise sw.SweepError(f"--curator: {curator!r} with sweep.curator_server: {spec.sweep.curator_server} (fix: drop "
                             "--curator, or --set sweep.curator_server=null)")
+    if curator == "hf":  # every checkpoint loadable (headers, config, tokenizer) before the folder is written
+        check_checkpoint_files(spec, sw.parse_run_dirs(run_dirs), cache)
     if spec.sweep.curator_server:  # served: the endpoints or the launcher checked before the folder is written
         from twinrun.core.sweeps.served import CuratorServers
         from twinrun.models.served_curator import served_policy_factory
@@ -196,6 +198,7 @@ def sweep_cmd(
                + (f"; every checkpoint evaluated at {result.curator_dtype}" if result.curator_dtype else ""))
     for name, a in result.arms.items():
         typer.echo(f"  {name}: {a.successes} successes, {a.unmeasured} unmeasured"
+                   + (f" ({a.unmeasured_why})" if a.unmeasured_why else "")
                    + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else "")
                    + (f" ({a.attempts} Ray attempts: a node or worker was lost)" if a.attempts > 1 else "")
                    + (f" ({a.stopped}; rerun the same command to resume)" if a.stopped else ""))
@@ -215,6 +218,23 @@ def _check_inputs(spec: object, out: Path, run_dirs: list[str], run_reps: dict) 
     check_unlocked(out)  # a folder another sweep is writing: say so first, whatever else is wrong with the command
     check_skills(spec)
     check_replicate_steps(run_dirs, run_reps)
+
+
+def check_checkpoint_files(spec: object, runs: dict[str, Path], cache: Path | None) -> None:
+    """Refuse, in one line, a checkpoint whose files cannot be loaded (a truncated weight file, a config.json that
+    does not parse, no tokenizer): before the sweep folder is written (issue 53). The tokenizer's fallback
+    (curator.model, which the curator loads when a checkpoint has none) is resolved only when one lacks it."""
+    from twinrun.core.errors import TwinrunError
+    from twinrun.core.sweeps.checkpoint_check import check_checkpoints
+    from twinrun.models.tiny import resolve_model
+
+    def fallback() -> str | None:
+        try:
+            return resolve_model(spec.curator.model, cache_dir(cache))  # type: ignore[attr-defined]
+        except TwinrunError:
+            return None
+
+    check_checkpoints(runs, fallback)
 
 
 def _one_writer(out: Path) -> contextlib.AbstractContextManager[int]:

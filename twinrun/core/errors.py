@@ -16,3 +16,9 @@ class InfrastructureError(Exception):
 class EndpointUnavailable(InfrastructureError):
     """A server a whole run of calls depends on is gone (a sweep's curator server died or stopped answering): the
     work in flight is not recorded, what remains is unmeasured, and a rerun resumes it."""
+
+
+class CheckpointUnreadable(InfrastructureError):
+    """A checkpoint's files cannot be loaded although they passed the sweep's check before its first write (a file
+    truncated or replaced since): the arms of that checkpoint become unmeasured with this one-line reason, and the
+    sweep goes on with the other checkpoints."""

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.errors import DependencyMissing, InfrastructureError, TwinrunError
+from twinrun.core.errors import CheckpointUnreadable, DependencyMissing, InfrastructureError, TwinrunError
 from twinrun.core.sweeps.sweep import ArmPlan, CuratorPolicy, SweepError, curator_seed
 from twinrun.core.curation.toolcalls import CURATE_TOOL
+from twinrun.core.spec.dtypes import torch_dtype_name
 from twinrun.models.tiny import resolve_model
 
 __all__ = ["HFCuratorPolicy", "hf_policy_factory", "policy_settings"]
@@ -71,8 +72,13 @@ class HFCuratorPolicy:
             # dtype= casts every floating weight on load: a bf16 export and an fp32 merge are evaluated alike
             self._model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=getattr(torch, self.dtype)
                                                                ).to(self.device)
-        except OSError as e:
-            raise SweepError(f"checkpoint {self.model_dir}: cannot be loaded ({e}; fix: an HF model folder)") from None
+        except TwinrunError:
+            raise
+        except Exception as e:  # noqa: BLE001  (a truncated file raises safetensors' own error, not OSError)
+            # the sweep checked the files before its first write: they went bad since. Its arms become unmeasured
+            why = (str(e).splitlines() or [""])[0][:200]
+            raise CheckpointUnreadable(f"checkpoint {self.model_dir}: cannot be loaded ({type(e).__name__}: {why}; "
+                                       "fix: save it again from its training run)") from None
         self._model.eval()
         self.loaded_dtype = str(next(self._model.parameters()).dtype).removeprefix("torch.")
 
@@ -143,7 +149,7 @@ def policy_settings(arm: ArmPlan, spec: Any, cache_dir: str | Path | None = None
         temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, top_k=spec.sampling.top_k,
         max_new_tokens=spec.curator.max_response_tokens, seed=curator_seed(spec.seed, arm.replicate),
         tokenizer_dir=tok_dir, max_prompt_tokens=spec.curator.max_prompt_tokens,
-        dtype=spec.sweep.curator_dtype or "float32")
+        dtype=torch_dtype_name(spec.sweep.curator_dtype or "fp32"))  # torch's name: getattr(torch, dtype)
 
 
 def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None = None,
@@ -151,4 +157,6 @@ def hf_policy_factory(arm: ArmPlan, spec: Any, *, cache_dir: str | Path | None =
     """The default: generate with the arm's checkpoint (tokenizer from the checkpoint, else from curator.model), on
     the device the sweep placed the arm on (``arm.device``, else ``device``), at the sweep's one evaluation dtype
     (``spec.sweep.curator_dtype``, resolved by the sweep; float32 when unset)."""
-    return HFCuratorPolicy(**policy_settings(arm, spec, cache_dir), device=arm.device or device)
+    policy = HFCuratorPolicy(**policy_settings(arm, spec, cache_dir), device=arm.device or device)
+    policy._load()  # now: a checkpoint that cannot be loaded is known before any of its games is played
+    return policy

@@ -99,7 +99,8 @@ def seeded() -> dict:
     for arm in table.arms:
         if arm.run is not None:
             arm.framework, arm.seed = arm.run.split("-s")[0], int(arm.run.split("-s")[1])
-    return compare_games(table, "baseline", CompareSettings(n_boot=300))
+    # seeds drawn independently per framework: read as nested (the split-plot), not paired by seed number
+    return compare_games(table, "baseline", CompareSettings(n_boot=300, seed_design="independent"))
 
 
 def test_framework_band_is_the_centred_difference_of_the_means(seeded: dict) -> None:

@@ -105,3 +105,78 @@ def test_fisher_basic_interval_contains_its_estimate() -> None:
     z = np.arctanh(draws)
     q = np.quantile(z, [0.025, 0.5, 0.975])
     assert np.arctanh(hi) - np.arctanh(0.972) == pytest.approx(q[1] - q[0])
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "bench" / "seed_design.py"
+    spec = importlib.util.spec_from_file_location("seed_design_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _claims(sd, rng: np.random.Generator, n_draws: int, truth: str, designs: tuple[str, ...]) -> dict[str, int]:
+    from twinrun.core.compare.verdict import CO_MOVE, DIFFER
+
+    hits = dict.fromkeys(designs, 0)
+    for i in range(n_draws):
+        a, b = sd.planted(rng, 6, paired=True, truth=truth)
+        for design in designs:
+            hits[design] += sd.read(a, b, design, n_boot=100, seed=i)["verdict"] in (DIFFER, CO_MOVE)
+    return hits
+
+
+def test_paired_seeds_find_a_later_rise_the_split_plot_misses() -> None:
+    """Fast tier: 30 planted draws (bench/seed_design.py) of seeds that share their start profile, positive-6's later
+    rise at 6 seeds. auto reads them within seed; red if the framework verdict stops pairing."""
+    hits = _claims(_bench(), np.random.default_rng(7), 30, "rise", ("auto", "independent"))
+    assert hits["auto"] >= 24 and hits["auto"] - hits["independent"] >= 4, hits
+
+
+@pytest.mark.slow
+def test_paired_seeds_are_read_within_seed_seeded_rates() -> None:
+    """Planted controls with the real structure (bench/seed_design.py): seeds that share their start profile. auto
+    reads them within seed and finds positive-6's later rise far more often than the split-plot does; on flat truth
+    it stays under the 7% bound. Goes red if the framework verdict stops pairing (auto then reads like independent)."""
+    sd = _bench()
+    rng = np.random.default_rng(2026)
+    n_rise, n_flat = 60, 100
+    hits = _claims(sd, rng, n_rise, "rise", ("auto", "independent"))
+    false = _claims(sd, rng, n_flat, "flat", ("auto",))["auto"]
+    assert hits["auto"] / n_rise >= 0.8, hits
+    assert hits["auto"] - hits["independent"] >= 0.1 * n_rise, hits
+    assert false / n_flat <= 0.07, false
+
+
+def test_compare_reads_run_start_from_sweep_json(tmp_path) -> None:
+    """auto pairs on a sweep's recorded starts: one start pairs seed i; two different starts keep seeds nested."""
+    import json
+    from pathlib import Path
+
+    from twinrun.core.compare import compare
+    from twinrun.core.compare.report import render_comparison
+    from twinrun.core.compare.synthetic import synthetic_game_table, write_sweep
+
+    shape_ = [0.0, 0.8, 0.3, -0.5, 0.6]
+    runs = {f"{f}-s{s}": [v + 0.1 * s for v in shape_] for f in ("trl", "verl") for s in range(2)}
+    table = synthetic_game_table(runs, n_games=60, seed=3)
+    for arm in table.arms:
+        if arm.run is not None:
+            arm.framework, arm.seed = arm.run.split("-s")[0], int(arm.run.split("-s")[1])
+    folder = write_sweep(table, tmp_path / "sw")
+    for starts, want in (({"trl": "warm-a", "verl": "warm-a"}, "paired"), ({"trl": "warm-a", "verl": "warm-b"},
+                                                                           "independent")):
+        arms = [{"arm": a.name, "role": a.role, "run": a.run,
+                 "run_start": starts[a.framework] if a.framework else None} for a in table.arms]
+        (Path(folder) / "sweep.json").write_text(json.dumps({"sweep_id": table.sweep_id or "synthetic", "arms": arms}))
+        res = compare([str(folder)], "baseline", CompareSettings(n_boot=200))
+        sd = res["frameworks"]["comparisons"][0]["seed_design"]
+        assert sd["design"] == want, sd
+        assert ("the same start" in sd["why"]) if want == "paired" else ("warm-b" in sd["why"])
+        text = render_comparison(res, {})
+        line = "Seeds: paired (tested within seed" if want == "paired" else "Seeds: independent (split-plot"
+        assert line in text and ("trl-s0~verl-s0 (seed 0, r " in text) == (want == "paired")

@@ -159,7 +159,7 @@ def test_cli_compare_looks_on_a_crossed_sweep(tmp_path) -> None:
     res = CliRunner().invoke(app, ["compare", str(out), "--baseline", "baseline", "--looks", "2,4"])
     assert res.exit_code == 0 and "look 2: 4 streams" in res.output, res.output
     res = CliRunner().invoke(app, ["compare", str(out), "--baseline", "baseline", "--looks", "2,8"])
-    assert isinstance(res.exception, CompareError) and "holds 4 per arm" in str(res.exception)
+    assert isinstance(res.exception, CompareError) and "holds 4 streams" in str(res.exception)
     one = write_sweep(planted_table("flat", streams=1, n_games=20), tmp_path / "one")
     res = CliRunner().invoke(app, ["compare", str(one), "--baseline", "baseline", "--looks", "2"])
     assert isinstance(res.exception, CompareError) and "looks need >= 2" in str(res.exception)

@@ -89,7 +89,7 @@ def test_local_gpus_give_each_checkpoint_its_own_gpu_in_waves(tmp_path: Path, sm
     assert {a: d for a, (d, _) in seen.items()} == {"trl@1": "cuda:4", "trl@2": "cuda:6", "trl@3": "cuda:4"}
     assert seen["trl@1"][1] != seen["trl@2"][1] and "wave0" in seen["trl@1"][1] and "wave1" in seen["trl@3"][1]
     # the GPU default dtype (curator.precision: fp32 in the smoke arm) and every arm's rows
-    assert plan["curator_dtype"] == "float32"
+    assert plan["curator_dtype"] == "fp32"
     assert all(o.rows == 2 for o in res.arms.values()) and len(res.arms) == 8
 
 

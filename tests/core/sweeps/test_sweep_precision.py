@@ -40,11 +40,11 @@ def _exports(tiny: Path, root: Path) -> tuple[Path, Path]:
 
 def test_eval_dtype_is_stated_else_compute_dtype_on_gpu_and_fp32_on_cpu(smoke_spec_path: Path) -> None:
     bf16_spec = load_spec(smoke_spec_path, ["curator.precision=bf16"])
-    assert sw.eval_dtype(bf16_spec, gpu=True) == "bfloat16"
-    assert sw.eval_dtype(bf16_spec, gpu=False) == "float32"
-    assert sw.eval_dtype(load_spec(smoke_spec_path), gpu=True) == "float32"  # curator.precision: fp32
+    assert sw.eval_dtype(bf16_spec, gpu=True) == "bf16"  # one vocabulary, the short names shown (issue 53)
+    assert sw.eval_dtype(bf16_spec, gpu=False) == "fp32"
+    assert sw.eval_dtype(load_spec(smoke_spec_path), gpu=True) == "fp32"  # curator.precision: fp32
     stated = load_spec(smoke_spec_path, ["sweep.curator_dtype=bfloat16"])
-    assert sw.eval_dtype(stated, gpu=False) == "bfloat16" and sw.eval_dtype(stated, gpu=True) == "bfloat16"
+    assert sw.eval_dtype(stated, gpu=False) == "bf16" and sw.eval_dtype(stated, gpu=True) == "bf16"
     assert sw.on_gpu("cuda:3") and sw.on_gpu("cuda") and not sw.on_gpu("cpu")
     # the section is how checkpoints are measured, not what is trained: the spec hash does not move
     assert stated.spec_hash() == load_spec(smoke_spec_path).spec_hash()
@@ -80,11 +80,11 @@ def test_a_sweep_of_bf16_and_fp32_exports_evaluates_both_at_the_stated_dtype(
     out = tmp_path / "sweep"
     sw.sweep(spec, {"mixed": run}, out, data_root=alfworld_data, n_games=2, workers=0, progress=False,
              policy_factory=factory)
-    # the manifest and every checkpoint row state the one dtype (CPU default: float32)
-    assert json.loads((out / "sweep.json").read_text())["curator_dtype"] == "float32"
+    # the manifest and every checkpoint row state the one dtype (CPU default: fp32)
+    assert json.loads((out / "sweep.json").read_text())["curator_dtype"] == "fp32"
     for arm in ("mixed@1", "mixed@2"):
         rows = [json.loads(x) for x in (out / "arms" / f"{arm}.jsonl").read_text().splitlines()]
-        assert [r["curator_dtype"] for r in rows] == ["float32", "float32"]
+        assert [r["curator_dtype"] for r in rows] == ["fp32", "fp32"]
     assert all(json.loads(x)["curator_dtype"] is None for x in (out / "arms" / "baseline.jsonl").read_text().splitlines())
     # both exports were loaded at it, and at it they are one model: equal logits, the same sampled turns
     assert {a: p.loaded_dtype for a, p in policies.items()} == {"mixed@1": "float32", "mixed@2": "float32"}
@@ -96,7 +96,7 @@ def test_a_sweep_of_bf16_and_fp32_exports_evaluates_both_at_the_stated_dtype(
     # the report says it
     from twinrun.core.compare.report import sweep_notes
 
-    assert "evaluated at `float32`" in sweep_notes([out])[0]
+    assert "evaluated at `fp32`" in sweep_notes([out])[0]
 
     # a stated dtype loads both exports at it; resuming the folder at another dtype is refused before any write
     stated = load_spec(smoke_spec_path, FAST + ["sweep.curator_dtype=bfloat16"])
@@ -105,8 +105,8 @@ def test_a_sweep_of_bf16_and_fp32_exports_evaluates_both_at_the_stated_dtype(
     p._load()
     assert p.loaded_dtype == "bfloat16"
     before = {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()}
-    with pytest.raises(sw.SweepError, match=r"^sweep.curator_dtype: bfloat16, but .* evaluated at float32 "
-                                            r"\(sweep.json\) \(fix: --set sweep.curator_dtype=float32 .*\)$"):
+    with pytest.raises(sw.SweepError, match=r"^sweep.curator_dtype: bf16, but .* evaluated at fp32 "
+                                            r"\(sweep.json\) \(fix: --set sweep.curator_dtype=fp32 .*\)$"):
         sw.sweep(stated, {"mixed": run}, out, data_root=alfworld_data, n_games=2, workers=0, progress=False,
                  policy_factory=factory)
     assert {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()} == before

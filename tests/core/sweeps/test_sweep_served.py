@@ -331,8 +331,8 @@ def test_the_vllm_launch_command_is_the_checkpoint_on_its_gpu_at_the_sweep_dtype
                        out).check()
     # a launched vLLM server runs on a GPU: unstated, the dtype is the spec's compute dtype even with --device cpu
     bf16 = load_spec(smoke_spec_path, ["curator.precision=bf16", "sweep.curator_server=vllm"])
-    assert sw.eval_dtype(bf16, gpu=False) == "bfloat16"
-    assert sw.eval_dtype(served(bf16, curator_server=None), gpu=False) == "float32"
+    assert sw.eval_dtype(bf16, gpu=False) == "bf16"
+    assert sw.eval_dtype(served(bf16, curator_server=None), gpu=False) == "fp32"
     with pytest.raises(sw.SweepError, match=r"has an unknown placeholder"):
         CuratorServers(served(spec, curator_server_command=["s", "{model}", "{port}", "{gpu}"]), {"trl": run}, out)
 

@@ -87,12 +87,20 @@ def compare(inputs: Sequence[str | Path], baseline: str = "baseline", settings: 
                 raise CompareError(f"{csvs[0]}: --across executor needs an executor column (fix: add it, one baseline "
                                    "row per executor)")
             return compare_across([(str(t.executor), analyse_summaries(t, baseline, settings)) for t in tables], settings)
-        game_tables = load_game_tables(paths, several=True)
+        game_tables = load_game_tables(paths, several=True, games_hash=settings.games_hash,
+                                       stream_design=settings.stream_design)
         for t in game_tables:
             if t.executor is None:
                 raise CompareError(f"sweep {t.sweep_id!r} records no executor name (fix: sweep it with --executor NAME, "
                                    "or an executor.model in the spec)")
-        return compare_across([(str(t.executor), analyse_games(t, baseline, settings)) for t in game_tables], settings)
+        doc = compare_across([(str(t.executor), analyse_games(t, baseline, settings)) for t in game_tables], settings)
+        doc["game_lists"] = [{"sweep_id": t.sweep_id, **g} for t in game_tables for g in t.game_lists]
+        return doc
     if csvs:
+        if settings.games_hash is not None:
+            raise CompareError("--games-hash: a summary CSV carries no game lists (fix: drop --games-hash)")
         return compare_summaries(load_summary_csv(csvs[0], baseline), baseline, settings)
-    return compare_games(load_game_table(paths), baseline, settings)
+    table = load_game_table(paths, games_hash=settings.games_hash, stream_design=settings.stream_design)
+    doc = compare_games(table, baseline, settings)
+    doc["game_lists"] = table.game_lists  # every list the arms carried, and the one compared on (issue 53)
+    return doc

@@ -97,7 +97,7 @@ def seed_pairing(ca: list[Curve], cb: list[Curve], design: str, *,
     if design not in ("auto", "paired", "independent"):
         raise CompareError(f"seed_design: {design!r} (fix: one of auto, paired, independent)")
     if design == "independent":
-        return {"design": "independent", "why": "asked for (--seed-design independent): seeds nested in groups",
+        return {"design": "independent", "why": "asked for (--seed-design independent)",
                 "pairs": [], "unpaired": sorted(c.run for c in ca + cb)}
     problem = _unmatched(ca, cb)
     if problem is not None:
@@ -284,11 +284,11 @@ def seeds_to_decide(anova: dict[str, Any], paired: bool, n_a: int, n_b: int, k: 
                            "delta": settings.delta, "power": settings.power, "seeds": None, "at_seeds": min(n_a, n_b)}
     if diff_sd <= 0:
         return out
-    for n in range(2, 201):
-        df1, df2 = (k - 1) * e, ((n - 1) if paired else 2 * (n - 1)) * (k - 1) * e
-        lam = n * ss / diff_sd**2  # noncentrality of the mean difference (its sd diff_sd / sqrt(n))
-        crit = stats.f.isf(settings.alpha, df1, df2)
-        if float(stats.ncf.sf(crit, df1, df2, lam * e)) >= settings.power:
-            out["seeds"] = n
-            break
+    n = np.arange(2, 201)
+    df1, df2 = (k - 1) * e, ((n - 1) if paired else 2 * (n - 1)) * (k - 1) * e
+    lam = n * ss / diff_sd**2 * e  # noncentrality of the mean difference (its sd diff_sd / sqrt(n)), epsilon-scaled
+    power = stats.ncf.sf(stats.f.isf(settings.alpha, df1, df2), df1, df2, lam)
+    enough = np.flatnonzero(power >= settings.power)
+    if enough.size:
+        out["seeds"] = int(n[enough[0]])
     return out

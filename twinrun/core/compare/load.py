@@ -27,15 +27,22 @@ def _arm_files(path: Path) -> list[Path]:
     raise CompareError(f"input: {str(path)!r} is neither a sweep folder, a .jsonl arm nor a .csv summary (fix: check the path)")
 
 
-def load_game_table(paths: Sequence[str | Path]) -> GameTable:
+def load_game_table(paths: Sequence[str | Path], *, games_hash: str | None = None,
+                    stream_design: str = "auto") -> GameTable:
     """Read per-game eval rows (sweep output) of one sweep from sweep folders and/or arm JSONL files."""
-    (table,) = load_game_tables(paths, several=False)
+    (table,) = load_game_tables(paths, several=False, games_hash=games_hash, stream_design=stream_design)
     return table
 
 
-def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[GameTable]:
+def load_game_tables(paths: Sequence[str | Path], *, several: bool, games_hash: str | None = None,
+                     stream_design: str = "auto") -> list[GameTable]:
     """Per-game eval rows, one table per sweep (sorted by executor, then sweep id). Arms of different sweeps are
-    refused unless `several` (a comparison across sweeps: each sweep is analysed against its own baseline)."""
+    refused unless `several` (a comparison across sweeps: each sweep is analysed against its own baseline).
+
+    games_hash: which game list to compare on where a sweep's arms carry more than one (or another than its
+    sweep.json's): the arms played on it are kept, the others left out and listed in ``table.game_lists``; without
+    it such a sweep is refused. stream_design "crossed": the user states that stream r of every arm played one
+    common order (:func:`stated_crossing`); "auto" reads it from sweep.json."""
     from twinrun.core.records import read_jsonl
 
     files: list[Path] = []
@@ -45,12 +52,9 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[Game
             raise CompareError(f"input: {str(pp)!r} does not exist (fix: pass a sweep --out folder, arm .jsonl or .csv)")
         files.extend(_arm_files(pp))
     rows_by: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}  # (sweep, arm) -> game -> row
-    hash_of: dict[str, str] = {}  # sweep -> games hash
-    n_games_of: dict[str, int] = {}
-    games: dict[str, dict[int, tuple[str, str]]] = {}
+    hash_of_arm: dict[tuple[str, str], str] = {}  # (sweep, arm) -> the game list its rows carry
     seen_files: set[Path] = set()
     manifests: dict[str, dict[str, Any]] = {}  # sweep id -> its sweep.json (where one lies beside the arm files)
-    positions: dict[str, dict[tuple[str, int], dict[int, int]]] = {}  # sweep -> (arm, stream) -> game -> position
     for f in files:
         if f.resolve() in seen_files:
             continue
@@ -72,14 +76,13 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[Game
             if (sweep, ghash) != first:
                 raise CompareError(
                     f"{f}:{n}: arm {arm!r} mixes rows of sweeps {first[0]!r} and {sweep!r} "
-                    "(fix: keep one sweep per --out folder)"
+                    "(fix: keep one sweep per --out folder)" if sweep != first[0] else
+                    f"{f}:{n}: arm {arm!r} mixes rows of game lists {first[1]} and {ghash} (fix: sweep the arm "
+                    "again into a new --out folder)"
                 )
-            if hash_of.setdefault(sweep, ghash) != ghash:
-                raise CompareError(
-                    f"arms of sweep {sweep!r} were played on 2 different game lists ({hash_of[sweep]}, {ghash}) "
-                    "(fix: compare arms of one sweep, which plays one game list)"
-                )
-            n_games_of[sweep] = max(n_games_of.get(sweep, 0), int(row["n_games"]))
+            if hash_of_arm.setdefault((sweep, arm), ghash) != ghash:
+                raise CompareError(f"{f}:{n}: arm {arm!r} has rows of game lists {hash_of_arm[(sweep, arm)]} and "
+                                   f"{ghash} in two files (fix: pass one file per arm)")
             per = rows_by.setdefault((sweep, arm), {})
             if row["game_id"] in per:
                 raise CompareError(
@@ -87,27 +90,119 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool) -> list[Game
                     "do not pass the same arm from two files)"
                 )
             per[row["game_id"]] = row
-            if row.get("position") is not None:
-                positions.setdefault(sweep, {}).setdefault((arm, int(row.get("replicate") or 0)), {})[
-                    int(row["game_index"])] = int(row["position"])
-            games.setdefault(sweep, {}).setdefault(int(row["game_index"]), (row["game_id"], row.get("task_type") or ""))
     if not rows_by:
         raise CompareError(f"input: no eval rows in {', '.join(map(str, paths))} (fix: run `twinrun sweep` first)")
     if not several:
-        _refuse_mixed_sweeps(list(rows_by), hash_of)
-    tables = [_table(sweep, {arm: per for (sw, arm), per in rows_by.items() if sw == sweep}, hash_of[sweep],
-                     n_games_of[sweep], games[sweep]) for sweep in sorted(hash_of)]
-    for t in tables:
+        _refuse_mixed_sweeps(list(rows_by))
+    lists = {sweep: game_lists(sweep, hash_of_arm, manifests.get(sweep), games_hash)
+             for sweep in sorted({sw for sw, _ in rows_by})}
+    tables = []
+    for sweep, gl in lists.items():
+        used = next(g["games_hash"] for g in gl if g["used"])
+        kept = {arm: per for (sw, arm), per in rows_by.items() if sw == sweep and hash_of_arm[(sw, arm)] == used}
+        t = _table(sweep, kept, used, max(int(r["n_games"]) for per in kept.values() for r in per.values()),
+                   _games_of(kept))
+        t.game_lists = gl
+        positions = _positions_of(kept)
         reps = {a.replicate for a in t.arms}
-        t.crossed, t.crossed_why = crossed_from_manifest(manifests.get(t.sweep_id or ""), reps,
-                                                         positions.get(t.sweep_id or ""))
+        t.crossed, t.crossed_why = crossed_from_manifest(manifests.get(sweep), reps, positions)
+        if stream_design == "crossed":
+            t.crossed, t.crossed_why = stated_crossing(t, manifests.get(sweep), positions)
         # each run's start as the sweep recorded it (sweep.json arms' run_start; absent in older sweeps): seeds
         # pair across groups only from one start (frameworks.seed_pairing)
-        starts = {a.get("arm"): a.get("run_start") for a in (manifests.get(t.sweep_id or "") or {}).get("arms") or []
+        starts = {a.get("arm"): a.get("run_start") for a in (manifests.get(sweep) or {}).get("arms") or []
                   if isinstance(a, dict)}
         for a in t.arms:
             a.run_start = starts.get(a.name)
+        tables.append(t)
     return sorted(tables, key=lambda t: (t.executor or "", t.sweep_id or ""))
+
+
+def _games_of(rows_by_arm: dict[str, dict[str, dict[str, Any]]]) -> dict[int, tuple[str, str]]:
+    """game index -> (game id, task type), from the rows (the first arm that played it)."""
+    games: dict[int, tuple[str, str]] = {}
+    for per in rows_by_arm.values():
+        for row in per.values():
+            games.setdefault(int(row["game_index"]), (row["game_id"], row.get("task_type") or ""))
+    return games
+
+
+def _positions_of(rows_by_arm: dict[str, dict[str, dict[str, Any]]]) -> dict[tuple[str, int], dict[int, int]]:
+    """(arm, stream) -> game index -> the 1-based position its stream played the game at (rows that carry one)."""
+    out: dict[tuple[str, int], dict[int, int]] = {}
+    for arm, per in rows_by_arm.items():
+        for row in per.values():
+            if row.get("position") is not None:
+                out.setdefault((arm, int(row.get("replicate") or 0)), {})[int(row["game_index"])] = int(row["position"])
+    return out
+
+
+def game_lists(sweep: str, hash_of_arm: dict[tuple[str, str], str], manifest: dict[str, Any] | None,
+               chosen: str | None) -> list[dict[str, Any]]:
+    """The game lists one sweep's arms were played on, and which one a comparison uses: [{games_hash, arms (their
+    names), in_manifest (sweep.json's list), used}]. One list (the rows' and sweep.json's alike) is used as it is;
+    more than one is refused in one line unless `chosen` (``compare --games-hash``) names one the arms carry."""
+    by: dict[str, list[str]] = {}
+    for (sw, arm), h in sorted(hash_of_arm.items()):
+        if sw == sweep:
+            by.setdefault(h, []).append(arm)
+    planned = (manifest or {}).get("games_hash")
+    hashes = sorted(set(by) | ({planned} if planned else set()))
+    if chosen is not None and chosen not in by:
+        raise CompareError(f"--games-hash: {chosen} is not a game list of sweep {sweep!r}'s arms (fix: one of "
+                           f"{', '.join(sorted(by))})")
+    if len(hashes) > 1 and chosen is None:
+        if planned:  # sweep.json names the sweep's list: the arms on another one are named
+            odd = [h for h in sorted(by) if h != planned]
+            arms = [a for h in odd for a in by[h]]
+            more = f" and {len(arms) - 1} more" if len(arms) > 1 else ""
+            keep = planned if planned in by else odd[0]
+            raise CompareError(
+                f"arm {arms[0]!r}{more} of sweep {sweep!r} carries game list {hash_of_arm[(sweep, arms[0])]}, not "
+                f"the sweep's {planned} (sweep.json): other games than the sweep's (fix: --games-hash {keep} to "
+                "compare the arms played on that list, or sweep the arm again into a new --out folder)")
+        desc = "; ".join(f"{h}: {len(by[h])} arm(s), e.g. {by[h][0]}" for h in sorted(by))
+        raise CompareError(f"arms of sweep {sweep!r} were played on {len(by)} different game lists ({desc}) (fix: "
+                           f"--games-hash {sorted(by)[0]} to compare the arms of one list)")
+    used = chosen if chosen is not None else next(iter(by))
+    return [{"games_hash": h, "arms": by.get(h, []), "in_manifest": h == planned, "used": h == used}
+            for h in hashes]
+
+
+def stated_crossing(table: GameTable, manifest: dict[str, Any] | None,
+                    positions: dict[tuple[str, int], dict[int, int]]) -> tuple[bool, str]:
+    """``--stream-design crossed``: the user states that stream r of every arm played one common order with shared
+    seeds (rows another harness wrote, with no sweep.json stream plans). The rows must bear it out: every row
+    carries its position, and within each stream every arm played each game at the same position. Refused in one
+    line where they do not; the seeds cannot be read from rows and stay the user's statement. -> (True, why)."""
+    reps = sorted({a.replicate for a in table.arms})
+    if len(reps) < 2:
+        raise CompareError("--stream-design crossed: the rows hold one stream per arm; crossed streams need 2 or more "
+                           "(fix: drop --stream-design crossed)")
+    for a_i, arm in enumerate(table.arms):
+        played = int(np.isfinite(table.outcomes[a_i]).sum()) + arm.n_unmeasured
+        have = len(positions.get((arm.name, arm.replicate), {}))
+        if have < played:
+            raise CompareError(f"--stream-design crossed: {played - have} of arm {arm.name!r}'s rows carry no position "
+                               "(where its stream played the game) (fix: rows with a 1-based position, or "
+                               "--stream-design auto)")
+    for r in reps:
+        first: dict[int, tuple[str, int]] = {}  # game index -> (arm, position) of the first arm of stream r
+        for (arm, rep), pos in sorted(positions.items()):
+            if rep != r:
+                continue
+            for g, p in sorted(pos.items()):
+                other = first.setdefault(g, (arm, p))
+                if other[1] != p:
+                    gid = table.game_ids[g] if 0 <= g < len(table.game_ids) else g
+                    raise CompareError(
+                        f"--stream-design crossed: stream {r}'s arms played game {gid!r} at different positions "
+                        f"({other[0]}: {other[1]}, {arm}: {p}): not one common order (fix: --stream-design auto or "
+                        "nested)")
+    src = "; sweep.json's stream plans agree" if crossed_from_manifest(manifest, set(reps), positions)[0] else ""
+    return True, (f"stated (--stream-design crossed): the rows' positions show one common order per stream across "
+                  f"every arm ({len(reps)} streams){src}; shared seeds are the user's statement: streams are blocks "
+                  "crossed with the arms")
 
 
 def _manifest_of(f: Path) -> dict[str, Any] | None:
@@ -165,8 +260,8 @@ def _arm_sort_key(row: dict[str, Any]) -> tuple:
             int(row.get("replicate") or 0), row["arm"])
 
 
-def _refuse_mixed_sweeps(keys: list[tuple[str, str]], hash_of: dict[str, str]) -> None:
-    """keys: (sweep, arm) of every arm read; hash_of: sweep -> its game list. One sweep and one list, else refuse."""
+def _refuse_mixed_sweeps(keys: list[tuple[str, str]]) -> None:
+    """keys: (sweep, arm) of every arm read. One sweep, else refuse (its game lists: :func:`game_lists`)."""
     sweeps = sorted({sw for sw, _ in keys})
     if len(sweeps) > 1:
         by = {s: sorted(a for sw, a in keys if sw == s)[:3] for s in sweeps}
@@ -174,12 +269,6 @@ def _refuse_mixed_sweeps(keys: list[tuple[str, str]], hash_of: dict[str, str]) -
         raise CompareError(
             f"arms come from {len(sweeps)} different sweeps ({desc}); pairing needs one sweep and its own baseline "
             "(fix: evaluate all runs in one `twinrun sweep`, or --across executor for sweeps of other executors)"
-        )
-    hashes = sorted({hash_of[sw] for sw in sweeps})
-    if len(hashes) > 1:
-        raise CompareError(
-            f"arms were played on {len(hashes)} different game lists ({', '.join(hashes)}) "
-            "(fix: compare arms of one sweep, which plays one game list)"
         )
 
 

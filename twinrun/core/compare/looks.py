@@ -28,6 +28,20 @@ def table_streams(table: GameTable) -> int:
     return min((len(v) for v in cells.values()), default=0)
 
 
+def fewest_streams(table: GameTable) -> tuple[int, str, int]:
+    """(the fewest streams a cell holds, that cell's arm name (stream 0's), the most any cell holds): which arm keeps
+    the looks short."""
+    cells: dict[tuple, dict[int, str]] = {}
+    for a in table.arms:
+        key = ("baseline",) if a.role == "baseline" else (a.run, a.checkpoint)
+        cells.setdefault(key, {})[a.replicate] = a.name
+    if not cells:
+        return 0, "", 0
+    key = min(cells, key=lambda k: (len(cells[k]), k != ("baseline",), str(k)))
+    names = cells[key]
+    return len(names), names[min(names)].split("#r")[0], max(len(v) for v in cells.values())
+
+
 def first_streams(table: GameTable, n: int) -> GameTable:
     """The sweep as it stood after its first `n` streams: arms with replicate < n (a stream's rows do not depend on
     later streams, so this is exactly what a sweep stopped at n would hold)."""
@@ -41,7 +55,7 @@ def first_streams(table: GameTable, n: int) -> GameTable:
 
 
 def design_of(table: GameTable, settings: CompareSettings) -> str:
-    return "crossed" if table.crossed and settings.stream_design == "auto" else "nested"
+    return "crossed" if table.crossed and settings.stream_design in ("auto", "crossed") else "nested"
 
 
 def n_checkpoints(table: GameTable) -> int:
@@ -59,13 +73,16 @@ def look_settings(settings: CompareSettings, alpha: float) -> CompareSettings:
 
 
 def check_rule(table: GameTable, rule: SequentialRule, where: str) -> None:
-    have = table_streams(table)
+    have, arm, most = fewest_streams(table)
+    held = f"{have} stream" + ("" if have == 1 else "s")
     if have < 2:
-        raise CompareError(f"--looks: {where} holds {have} stream(s) per arm; looks need >= 2 (fix: sweep --streams "
-                           "2 or more)")
+        others = f" (other arms up to {most})" if most > have else ""
+        raise CompareError(f"--looks: arm {arm!r} of {where} holds {held}{others}; looks need >= 2 streams of every "
+                           "arm, the baseline's too (fix: a sweep that plays every arm with --streams 2 or more)")
     if rule.looks[-1] > have:
-        raise CompareError(f"--looks: last look at {rule.looks[-1]} streams, but {where} holds {have} per arm (fix: "
-                           f"looks up to {have}, e.g. --looks {','.join(str(n) for n in range(2, have + 1, 2)) or have})")
+        raise CompareError(f"--looks: last look at {rule.looks[-1]} streams, but arm {arm!r} of {where} holds {held} "
+                           f"(fix: looks up to {have}, e.g. --looks "
+                           f"{','.join(str(n) for n in range(2, have + 1, 2)) or have})")
     if n_checkpoints(table) < 3:
         raise CompareError(f"--looks: {where} has {n_checkpoints(table)} checkpoints per run; a shape needs >= 3 (fix: "
                            "a sweep of runs with 3 or more checkpoints)")
@@ -117,7 +134,7 @@ def replay_inputs(inputs: Sequence[str | Path], baseline: str, settings: Compare
     if settings.across:
         raise CompareError("--looks: with --across (fix: replay one sweep at a time)")
     rule = SequentialRule(tuple(looks), alpha=settings.alpha, kind=kind, futility_p=futility_p)
-    table = load_game_table(paths)
+    table = load_game_table(paths, games_hash=settings.games_hash, stream_design=settings.stream_design)
     return replay(table, baseline, settings, rule, where=", ".join(str(p) for p in paths))
 
 

@@ -15,7 +15,7 @@ class CompareError(TwinrunError, ValueError):
 
 FAMILY_RULES = ("run", "all", "custom")
 AXES = ("executor",)
-STREAM_DESIGNS = ("auto", "nested")
+STREAM_DESIGNS = ("auto", "nested", "crossed")
 SEED_DESIGNS = ("auto", "paired", "independent")
 
 
@@ -44,7 +44,12 @@ class CompareSettings:
     # how replicate streams are analysed: "auto" reads the sweep's manifest (streams played with shared stream
     # plans are blocks crossed with the arms: the blocked analysis; otherwise nested replicates), "nested" treats
     # them as nested replicates whatever the manifest says (valid, less powerful where they were crossed)
+    # "crossed": the user states that stream r of every arm played one common order with shared seeds (rows from
+    # another harness, no sweep.json stream plans); the rows' positions must agree (compare.load.stated_crossing)
     stream_design: str = "auto"
+    # which game list to compare on where a sweep's arms carry more than one (compare --games-hash); None: one list
+    # or a refusal (compare.load.game_lists)
+    games_hash: str | None = None
     # what would decide varies the streams per arm at the games per stream played (the protocol's: a stream is the
     # held-out games in order through one repository, so its length is part of what is measured), up to this cap
     max_streams: int = 64
@@ -133,6 +138,8 @@ class GameTable:
     crossed: bool = False
     crossed_why: str = ""
     stream_orders: list[list[int]] | None = None  # synthetic crossed tables: stream r's order (game indices)
+    # every game list the sweep's arms carried (compare.load.game_lists): {games_hash, arms, in_manifest, used}
+    game_lists: list[dict] = field(default_factory=list)
 
 
 @dataclass

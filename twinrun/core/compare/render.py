@@ -1,9 +1,10 @@
-"""The result as JSON: settings, NaN-free cleaning, the schema version."""
+"""The result as JSON: settings, NaN-free cleaning, the schema version; the line naming the game lists seen."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ def settings_dict(s: CompareSettings) -> dict[str, Any]:
             "family_map": [list(x) for x in s.family_map], "rho0": s.rho0, "delta": s.delta,
             "groups": [{"run": r, "framework": f, "seed": sd} for r, f, sd in s.groups], "across": s.across,
             "stream_icc": s.stream_icc, "stream_design": s.stream_design, "seed_design": s.seed_design,
-            "max_streams": s.max_streams}
+            "max_streams": s.max_streams, "games_hash": s.games_hash}
 
 
 def clean(obj: Any) -> Any:
@@ -42,3 +43,19 @@ def clean(obj: Any) -> Any:
 
 def to_json(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=2, sort_keys=False, allow_nan=False)
+
+
+def game_lists_note(result: Mapping[str, Any]) -> str:
+    """Every game list the sweep's arms carried, where there was more than one (compare --games-hash chose one):
+    which was compared on and which arms were left out (issue 53)."""
+    lists = result.get("game_lists") or []
+    if len(lists) < 2:
+        return ""
+    parts = []
+    for g in lists:
+        arms = g.get("arms") or []
+        names = ", ".join(f"`{a}`" for a in arms[:3]) + (f" and {len(arms) - 3} more" if len(arms) > 3 else "")
+        what = "compared on" if g.get("used") else "left out"
+        parts.append(f"`{g['games_hash']}`{' (sweep.json)' if g.get('in_manifest') else ''}: {len(arms)} arm(s)"
+                     + (f" ({names})" if arms and not g.get("used") else "") + f", {what}")
+    return f" Game lists seen: {'; '.join(parts)} (--games-hash {result['settings'].get('games_hash')})."

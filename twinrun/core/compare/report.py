@@ -10,10 +10,12 @@ wrote), draws the PNGs next to the report and writes `report.md` and `compare.js
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from twinrun.core.compare.render import game_lists_note
 from twinrun.core.records import atomic_write_json, atomic_write_text
 
 
@@ -187,7 +189,7 @@ def seed_design_line(sd: Mapping[str, Any]) -> str:
         return f"Seeds: independent (split-plot, seeds nested in groups): {sd.get('why', '')}."
     rs = sd.get("pair_r") or [None] * len(sd.get("pairs") or [])
     def r_txt(r: float | None) -> str:
-        return _num(r) if r is not None and r == r else "undefined (a flat curve)"
+        return _num(r) if r is not None and math.isfinite(r) else "undefined (a flat curve)"
 
     pairs = ", ".join(f"{a}~{b} (seed {s}, r {r_txt(r)})" for (a, b, s), r in zip(sd.get("pairs") or [], rs))
     return (f"Seeds: paired (tested within seed; mean pair r {_num(sd.get('pair_r_mean'))}): {pairs}; "
@@ -287,7 +289,7 @@ def render_comparison(result: Mapping[str, Any], figures: Mapping[str, str], tit
     lines += [
         f"Source: {src}." + (f" Sweep `{result['sweep_id']}`, game list `{result['games_hash']}`, "
                               f"{result['n_games']} games." if result.get("sweep_id") else "")
-        + (f" Executor `{result['executor']}`." if result.get("executor") else ""),
+        + (f" Executor `{result['executor']}`." if result.get("executor") else "") + game_lists_note(result),
         f"Settings: alpha {s['alpha']}, power {s['power']}, CI level {s['level']}, {s['n_boot']} bootstrap resamples "
         f"(seed {s['seed']}), rho0 {s.get('rho0')}, equivalence margin ±{100 * s.get('delta', 0):g} pp, "
         f"multiplicity families: {_family_rule(s)} (sizes: {fam_sizes or '–'}), "
@@ -364,6 +366,8 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
     """What each sweep folder among `inputs` states about how its curators ran (sweep.json): the one dtype every
     checkpoint was evaluated at, whatever its export saved (a report line, so a reader sees both frameworks'
     checkpoints were measured at one precision)."""
+    from twinrun.core.spec.dtypes import CANONICAL
+
     notes = []
     for p in inputs:
         manifest = Path(p) / "sweep.json"
@@ -371,6 +375,8 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
             continue
         plan = json.loads(manifest.read_text(encoding="utf-8"))
         dtype = plan.get("curator_dtype")
+        if dtype in CANONICAL:
+            dtype = CANONICAL[dtype]  # one name shown (a folder written before the short names says float32)
         notes.append(f"Curator precision: every checkpoint of sweep `{plan.get('sweep_id')}` evaluated at `{dtype}` "
                      "(sweep.curator_dtype), whatever dtype its export saved." if dtype else
                      f"Curator precision: sweep `{plan.get('sweep_id')}` states no evaluation dtype (written before "
@@ -506,6 +512,8 @@ def _print_comparison(console: Any, result: Mapping[str, Any]) -> None:
     for c in fw.get("comparisons") or []:
         if c.get("verdict"):
             console.print(f"[bold]framework {c['a']} vs {c['b']}: {c['verdict']}[/]\n  {c['explanation']}")
+            if c.get("seed_design"):
+                console.print(f"  {seed_design_line(c['seed_design'])}", markup=False)
     for fl in result["flags"]:
         console.print(f"[yellow]flag:[/] {fl}")
     for s in result["skipped"]:

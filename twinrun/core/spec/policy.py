@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from twinrun.core.spec.base import ContextShape, Estimator, _Strict
+from twinrun.core.spec.dtypes import Precision
 
 
 class CuratorSpec(_Strict):
@@ -23,7 +24,8 @@ class CuratorSpec(_Strict):
         "and every tool result (the next position's input). TRL max_completion_length, verl "
         "data.max_response_length; per_position rows are capped by max_response_tokens instead",
     )
-    precision: Literal["bf16", "fp32"] = "bf16"
+    precision: Precision = Field("bf16", description="training precision: bf16 or fp32 (torch's bfloat16, float32 "
+                                 "accepted and shown as bf16, fp32)")
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning")
     max_missing_turn_share: float = Field(
         0.5, ge=0.0, le=1.0,

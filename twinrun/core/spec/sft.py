@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from twinrun.core.spec.base import _Strict
+from twinrun.core.spec.dtypes import Precision
 
 # Sampling parameters a teacher request may carry; `sft.teacher.send` lists the ones that are sent. Reasoning
 # models (OpenAI o-series, gpt-5) take reasoning_effort and max_completion_tokens and reject temperature,
@@ -104,7 +105,8 @@ class SFTSpec(_Strict):
     micro_batch_size: int | None = Field(None, ge=1, description="sequences per forward/backward; None = batch_size")
     weight_decay: float = Field(0.0, ge=0.0)
     grad_clip: float = Field(1.0, gt=0.0)
-    precision: Literal["fp32", "bf16"] | None = Field(None, description="None = curator.precision")
+    precision: Precision | None = Field(None, description="None = curator.precision (bf16 or fp32; bfloat16, float32 "
+                                        "accepted)")
     only_successful: bool = Field(False, description="train on verified successes only (SkillGym's filter)")
     literal_copies: list[str] = Field(default_factory=lambda: ["open/close OBJ"], min_length=1,
                                       description="actions counted by the literal template-copy share")

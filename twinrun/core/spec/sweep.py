@@ -15,8 +15,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from twinrun.core.spec.base import _Strict
+from twinrun.core.spec.dtypes import EvalDtype
 
-CuratorDtype = Literal["float32", "bfloat16", "float16"]
+CuratorDtype = EvalDtype  # bf16 | fp32 | fp16, torch's bfloat16 | float32 | float16 accepted (shown short)
 
 
 class SweepSpec(_Strict):
@@ -28,8 +29,9 @@ class SweepSpec(_Strict):
     curator_dtype: CuratorDtype | None = Field(
         None,
         description="the one dtype every checkpoint of a sweep is loaded at, whatever its export saved (verl's "
-        "merge is fp32, TRL's ZeRO-3 export bf16: DIVERGENCES B19); null: curator.precision's dtype on a GPU, "
-        "float32 on CPU. Recorded in sweep.json; a folder resumes only at the dtype it was planned with")
+        "merge is fp32, TRL's ZeRO-3 export bf16: DIVERGENCES B19): bf16, fp32 or fp16 (torch's bfloat16, float32, "
+        "float16 accepted); null: curator.precision on a GPU, fp32 on CPU. Recorded in sweep.json; a folder resumes "
+        "only at the dtype it was planned with")
     batch_streams: bool = Field(
         True,
         description="play a checkpoint's streams together (game g of every stream, then g+1), one curator call "

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from twinrun.core.errors import EndpointUnavailable, InfrastructureError
+from twinrun.core.errors import CheckpointUnreadable, EndpointUnavailable, InfrastructureError
 from twinrun.core.records import (
     EpisodeRecord,
     JsonlWriter,
@@ -106,6 +106,8 @@ class ArmOutcome:
     wall_s: float
     attempts: int = 1  # Ray attempts at the arm (more than 1: its node or worker was lost and it resumed elsewhere)
     stopped: str | None = None  # why the arm stopped before its last game (its curator server is gone): resumable
+    # why its remaining games were written unmeasured without being played (its checkpoint could not be loaded)
+    unmeasured_why: str | None = None
 
 
 def build_runtime(spec: Any, *, workers: int | None = None, environ: Mapping[str, str] | None = None,
@@ -270,6 +272,29 @@ class ArmStream:
         self._game = None
         return row
 
+    def skip(self, k: int, why: str, writer: Any) -> EvalRecord:
+        """Game k written unmeasured without being played (the checkpoint's curator cannot be loaded: no episode
+        could be attributed to it); `why` is the row's unmeasured_reason."""
+        from twinrun.core.envs import GameRef
+
+        arm, plan = self.arm, self.plan
+        i = self.order[k]
+        game = GameRef.from_dict(plan.games[i])
+        row = EvalRecord(
+            game_id=game.game_id, task_type=game.task_type, outcome="unmeasured", unmeasured_reason=why,
+            position=k + 1, sweep_id=plan.sweep_id, arm=arm.arm, role=arm.role, run=arm.run,
+            checkpoint_step=arm.checkpoint_step, replicate=arm.replicate, game_index=i, n_games=self.n,
+            games_hash=plan.games_hash, repo_skills=len(self.repo), repo_chars=len(self.repo.text()),
+            run_spec_hash=arm.run_spec_hash, run_seed=arm.run_seed, executor=plan.executor,
+            curator_dtype=plan.curator_dtype if arm.role == "checkpoint" else None,
+            executor_settings_hash=plan.executor_settings_hash,
+            provenance=self.prov.model_copy(update={"time": time.time()}),
+        )
+        writer.write(row)
+        self.done.append({"outcome": row.outcome})
+        self.unmeasured += 1
+        return row
+
     def stop(self, k: int, why: str) -> None:
         """The curator's server is gone at game k (0-based position): game k's row is not written (its curator
         turn never came), and neither are the games after it; a rerun resumes the stream at game k."""
@@ -289,8 +314,8 @@ def call_policy(policy: CuratorPolicy, curator_input: str, history: Sequence[Any
     recorded on the row, no ops applied). A server that is gone (EndpointUnavailable) is raised: the arm stops."""
     try:
         return (policy(curator_input, history) if history else policy(curator_input)), None
-    except EndpointUnavailable:
-        raise
+    except (EndpointUnavailable, CheckpointUnreadable):
+        raise  # the arm cannot go on: the caller stops it (server gone) or writes it unmeasured (checkpoint)
     except InfrastructureError as e:
         return None, str(e)
 

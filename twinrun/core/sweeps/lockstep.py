@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from twinrun.core.errors import EndpointUnavailable, InfrastructureError
+from twinrun.core.errors import CheckpointUnreadable, EndpointUnavailable, InfrastructureError
 from twinrun.core.records import JsonlWriter
 from twinrun.core.sweeps.arms import (
     ArmOutcome,
@@ -52,8 +52,8 @@ def curator_turns(policy: CuratorPolicy | None, requests: Sequence[tuple[str, li
         return [call_policy(policy, x, h) for x, h, _ in requests]
     try:
         return [(t, None) for t in batch(list(requests))]
-    except EndpointUnavailable:
-        raise  # the curator's server is gone: the caller stops the checkpoint's streams
+    except (EndpointUnavailable, CheckpointUnreadable):
+        raise  # the curator's server is gone, or its checkpoint cannot be loaded: the caller handles the streams
     except InfrastructureError as e:  # the whole batch failed (out of memory, device): every row says so
         return [(None, str(e))] * len(requests)
 
@@ -107,9 +107,13 @@ def play_unit(plan: SweepPlan, arms: Sequence[str], spec: Any, out_dir: str | Pa
             policy = factory(first, spec) if first.role == "checkpoint" else None
         except EndpointUnavailable as e:
             return {**out, **{a: _unplayed(out_dir, a, n, str(e)) for a in todo}}
+        except CheckpointUnreadable as e:
+            return {**out, **unmeasured_arms(plan, todo, spec, out_dir, runtime, str(e), on_row)}
         try:
             out.update(run_streams(plan, todo, spec, out_dir, runtime, policy, on_row=on_row,
                                    before_write=before_write))
+        except CheckpointUnreadable as e:  # a policy that loads lazily: the streams' remaining games
+            out.update(unmeasured_arms(plan, todo, spec, out_dir, runtime, str(e), on_row))
         finally:
             _close(policy)  # a served curator's server stops with its checkpoint's arms (interrupts included)
         return out
@@ -117,15 +121,38 @@ def play_unit(plan: SweepPlan, arms: Sequence[str], spec: Any, out_dir: str | Pa
         arm = plan.arm(a)
         try:
             policy = factory(arm, spec) if arm.role == "checkpoint" else None
+            try:
+                out[a] = run_arm(plan, a, spec, out_dir, runtime, policy, on_row=on_row, before_write=before_write)
+            finally:
+                _close(policy)
         except EndpointUnavailable as e:
             out[a] = _unplayed(out_dir, a, n, str(e))
-            continue
-        try:
-            out[a] = run_arm(plan, a, spec, out_dir, runtime, policy, on_row=on_row, before_write=before_write)
-        finally:
-            _close(policy)
-        del policy  # one checkpoint in memory at a time
+        except CheckpointUnreadable as e:
+            out.update(unmeasured_arms(plan, [a], spec, out_dir, runtime, str(e), on_row))
+        policy = None  # one checkpoint in memory at a time
     return out
+
+
+def unmeasured_arms(plan: SweepPlan, arms: Sequence[str], spec: Any, out_dir: str | Path, runtime: Any, why: str,
+                    on_row: Callable[[str, int], None] | None = None) -> dict[str, ArmOutcome]:
+    """The arms of a checkpoint that cannot be loaded (its files went bad after the sweep checked them): every
+    game they have not played is written as an unmeasured row whose reason is `why` (one line), and the sweep goes
+    on with the next checkpoint. Their rows are then complete: measuring the checkpoint again takes its files
+    restored and its arm files removed (the plan refuses a changed checkpoint in the same folder)."""
+    res: dict[str, ArmOutcome] = {}
+    reason = f"checkpoint unreadable: {why}"
+    for a in arms:
+        st = ArmStream(plan, a, spec, out_dir, runtime)
+        resumed = st.next_k
+        with JsonlWriter(st.path) as writer:
+            for k in range(resumed, st.n):
+                st.skip(k, reason, writer)
+                if on_row is not None:
+                    on_row(a, k + 1)
+        outcome = st.outcome(resumed)
+        outcome.unmeasured_why = reason
+        res[a] = outcome
+    return res
 
 
 def _unplayed(out_dir: str | Path, arm: str, n: int, why: str) -> ArmOutcome:

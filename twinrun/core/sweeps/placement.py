@@ -119,6 +119,11 @@ def spec_sweep_cost(spec: object, gpus: int | None = None) -> dict[str, object]:
         games=games or PAPER_GAMES, gpus=gpus, arms_per_gpu=s.sweep.arms_per_gpu,  # type: ignore[attr-defined]
         batched=s.sweep.batch_streams))  # type: ignore[attr-defined]
     cost["games_source"] = "environment.eval_games" if games else f"eval_games unset: the paper's {PAPER_GAMES}"
+    from twinrun.core.sweeps.plan import eval_dtype, eval_dtype_source
+
+    on_gpu = bool(gpus)  # the dtype every checkpoint is evaluated at (the sweep's own, issue 53)
+    cost["curator_dtype"] = eval_dtype(spec, gpu=on_gpu)
+    cost["dtype_source"] = eval_dtype_source(spec, gpu=on_gpu)
     return cost
 
 
@@ -127,7 +132,14 @@ def cost_line(cost: dict[str, object]) -> str:
     waves = f", {cost['waves']} waves on {cost['gpus']} GPUs" if cost.get("gpus") else ""
     calls = (f" in {cost['curator_calls']:,} calls (streams batched)"
              if cost["curator_calls"] != cost["curator_turns"] else "")
-    return (f"sweep: {cost['checkpoints']} checkpoints x {cost['streams']} streams x {cost['games']} games: "
-            f"{cost['curator_turns']:,} curator turns{calls}, {cost['executor_episodes']:,} executor episodes "
-            f"(baseline included), {cost['curator_gpus_all_at_once']} curator GPUs for one wave (one per "
-            f"checkpoint){waves}")
+    dtype = (f"; every checkpoint evaluated at {cost['curator_dtype']} ({cost['dtype_source']})"
+             if cost.get("curator_dtype") else "")
+    return (f"sweep: {_n(cost['checkpoints'], 'checkpoint')} x {_n(cost['streams'], 'stream')} x "
+            f"{_n(cost['games'], 'game')}: {cost['curator_turns']:,} curator turns{calls}, "
+            f"{cost['executor_episodes']:,} executor episodes (baseline included), "
+            f"{_n(cost['curator_gpus_all_at_once'], 'curator GPU')} for one wave (one per checkpoint){waves}{dtype}")
+
+
+def _n(count: object, noun: str) -> str:
+    """``1 stream``, ``2 streams``: a count with its noun in the number it takes."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

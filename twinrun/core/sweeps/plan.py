@@ -232,35 +232,48 @@ def check_streams(out_dir: str | Path, streams: int) -> SweepPlan | None:
     return existing
 
 
-# torch dtype names of the spec's curator.precision (the compute dtype a GPU sweep evaluates at by default)
-PRECISION_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
-
-
 def on_gpu(device: str | None, gpus: Sequence[int] | None = None) -> bool:
     return bool(gpus) or (device is not None and not str(device).startswith("cpu"))
 
 
 def eval_dtype(spec: Any, *, gpu: bool) -> str:
-    """The dtype every checkpoint of the sweep is loaded at: ``sweep.curator_dtype`` when stated, else the spec's
-    compute dtype (curator.precision) on a GPU (and on launched vLLM servers) and float32 on CPU (bf16 matmuls on CPU are slow, and without
-    AVX-512 do not run at all: checkpoint_dtype.py)."""
+    """The dtype every checkpoint of the sweep is loaded at, by its shown name (bf16, fp32, fp16: core.spec.dtypes):
+    ``sweep.curator_dtype`` when stated, else the spec's compute dtype (curator.precision) on a GPU (and on launched
+    vLLM servers) and fp32 on CPU (bf16 matmuls on CPU are slow, and without AVX-512 do not run at all:
+    checkpoint_dtype.py)."""
+    from twinrun.core.spec.dtypes import dtype_name
+
     stated = spec.sweep.curator_dtype
     if stated:
-        return str(stated)
+        return dtype_name(stated)
     gpu = gpu or spec.sweep.curator_server == "vllm"  # a launched vLLM server runs on a GPU, whatever --device says
-    return PRECISION_DTYPE[spec.curator.precision] if gpu else "float32"
+    return dtype_name(spec.curator.precision) if gpu else "fp32"
+
+
+def eval_dtype_source(spec: Any, *, gpu: bool) -> str:
+    """Where :func:`eval_dtype` took the dtype from, in a few words (what `twinrun plan` shows beside it)."""
+    if spec.sweep.curator_dtype:
+        return "sweep.curator_dtype"
+    if gpu or spec.sweep.curator_server == "vllm":
+        return "curator.precision, on a GPU"
+    from twinrun.core.spec.dtypes import dtype_name
+
+    return f"the CPU default; on a GPU curator.precision's {dtype_name(spec.curator.precision)}"
 
 
 def check_curator_dtype(out_dir: str | Path, dtype: str) -> None:
     """Refuse (one line, before anything is written) a sweep folder planned at another evaluation dtype: its
-    checkpoints would be measured at two precisions."""
+    checkpoints would be measured at two precisions. Either spelling of a dtype is the same dtype (a folder written
+    before the short names recorded float32)."""
+    from twinrun.core.spec.dtypes import dtype_name
+
     existing = load_plan(out_dir)
-    if existing is None or existing.curator_dtype in (None, dtype):
+    if existing is None or existing.curator_dtype is None or dtype_name(existing.curator_dtype) == dtype_name(dtype):
         return
+    was = dtype_name(existing.curator_dtype)
     raise SweepError(
-        f"sweep.curator_dtype: {dtype}, but {str(Path(out_dir))!r} holds sweep {existing.sweep_id} evaluated at "
-        f"{existing.curator_dtype} (sweep.json) (fix: --set sweep.curator_dtype={existing.curator_dtype} to resume "
-        "it, or a new --out folder)"
+        f"sweep.curator_dtype: {dtype_name(dtype)}, but {str(Path(out_dir))!r} holds sweep {existing.sweep_id} "
+        f"evaluated at {was} (sweep.json) (fix: --set sweep.curator_dtype={was} to resume it, or a new --out folder)"
     )
 
 

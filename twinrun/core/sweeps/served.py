@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.errors import EndpointUnavailable, InfrastructureError
+from twinrun.core.spec.dtypes import torch_dtype_name
 from twinrun.core.sweeps.plan import SweepError, discover_checkpoints
 
 SERVERS_DIR = "servers"
@@ -297,7 +298,7 @@ class CuratorServers:
             self.urls = dict(zip(self.keys, urls))
             if not spec.sweep.curator_dtype:  # twinrun cannot set (nor read) the dtype a user's server loads at
                 raise SweepError("sweep.curator_server: endpoints, but sweep.curator_dtype is not stated (fix: --set "
-                                 "sweep.curator_dtype=bfloat16, the dtype your servers load the checkpoints at, e.g. "
+                                 "sweep.curator_dtype=bf16, the dtype your servers load the checkpoints at, e.g. "
                                  "vllm serve CHECKPOINT --dtype bfloat16)")
         check_template(self.template)
 
@@ -337,7 +338,8 @@ class CuratorServers:
         max_len = c.max_prompt_tokens + c.max_response_tokens if c.max_prompt_tokens else None
         port = free_port()
         argv = launch_argv(self.template, model=str(arm.checkpoint_path), port=port,
-                           dtype=spec.sweep.curator_dtype or "float32", seed=spec.seed, max_model_len=max_len)
+                           dtype=torch_dtype_name(spec.sweep.curator_dtype or "fp32"), seed=spec.seed,
+                           max_model_len=max_len)  # vLLM's --dtype takes torch's names
         return CuratorServer(key, argv, launch_env(arm.gpus, self.environ), self.log_path(key), port,
                              spec.sweep.curator_server_timeout_s)
 
