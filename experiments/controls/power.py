@@ -5,8 +5,6 @@ control's findings (analyse._control_findings), computed from the committed rows
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 PAPER = {"games": 140, "streams": 1, "checkpoints": 12, "seeds": (1, 2, 3)}  # the paper's protocol (Table 4)
@@ -136,24 +134,6 @@ def _truth(c: dict[str, Any], want: str) -> tuple[str, str, dict[str, Any], dict
     return fa, fb, {f: centred_mean(runs_of[f]) for f in (fa, fb)}, runs_of
 
 
-@contextmanager
-def _verdict_only() -> Iterator[None]:
-    """compare's framework decision without frameworks.seeds_to_decide: a sizing sketch the report prints beside
-    the verdict, computed after it is decided (a loop of noncentral-F calls that costs more than the rest of the
-    decision). The Monte Carlo reads only the verdict, so it skips the sketch; the decision is compare's own."""
-    from twinrun.core.compare import frameworks
-
-    keep = getattr(frameworks, "seeds_to_decide", None)
-    if keep is None:
-        yield
-        return
-    frameworks.seeds_to_decide = lambda *a, **k: {}
-    try:
-        yield
-    finally:
-        frameworks.seeds_to_decide = keep
-
-
 def hit_rate(c: dict[str, Any], want: str, n: int, streams: int, *, model: dict[str, Any] | None = None,
              truth_paired: bool = False, design: str = "independent", draws: int = BUDGET_DRAWS,
              rng: Any = None) -> float:
@@ -176,16 +156,14 @@ def hit_rate(c: dict[str, Any], want: str, n: int, streams: int, *, model: dict[
     rng = np.random.default_rng(20261203) if rng is None else rng
     sd = None if model else (own_seed_var(c) + _centred_cell_noise(c, streams)) ** 0.5
     hits = 0
-    with _verdict_only():
-        for _ in range(draws):
-            if model:
-                lifts = draw_profiles(model, truth, n, streams, truth_paired, rng)
-            else:
-                lifts = {f: truth[f][None, :] + rng.normal(0, sd, (n, k)) for f in (fa, fb)}
-            made = {f: [Curve(run=f"{f}{i}", steps=steps, arm_idx=np.arange(k), lifts=lifts[f][i],
-                              boot=np.zeros((1, k)), reliability=1.0, framework=f, seed=i) for i in range(n)]
-                    for f in (fa, fb)}
-            hits += _framework_pair(fa, made[fa], fb, made[fb], [], settings).get("verdict") in WANTED[want]
+    for _ in range(draws):
+        if model:
+            lifts = draw_profiles(model, truth, n, streams, truth_paired, rng)
+        else:
+            lifts = {f: truth[f][None, :] + rng.normal(0, sd, (n, k)) for f in (fa, fb)}
+        made = {f: [Curve(run=f"{f}{i}", steps=steps, arm_idx=np.arange(k), lifts=lifts[f][i], boot=np.zeros((1, k)),
+                          reliability=1.0, framework=f, seed=i) for i in range(n)] for f in (fa, fb)}
+        hits += _framework_pair(fa, made[fa], fb, made[fb], [], settings).get("verdict") in WANTED[want]
     return hits / draws
 
 
