@@ -205,7 +205,7 @@ def test_permutation_ranks_are_recomputed_by_brute_force():
         m = an.group_matrices(c)
         if m is None:
             continue
-        fa, fb, a, b, same = m
+        _, _, a, b, same = m
         runs = np.vstack([a, b])
         n_a = a.shape[0]
         true = shape.profile_anova({"x": a, "y": b})["statistic"]
@@ -361,7 +361,6 @@ def test_the_controls_prose_numbers_are_the_blocks():
     """The controls one by one: each quoted verdict, F, p and curve fact is recomputed here."""
     import json
 
-    an = _analyse()
     f = _findings()
     text = _text()
     neg, pos, five, six, broken, machines = (f[n] for n in ("negative", "positive", "positive-5", "positive-6",

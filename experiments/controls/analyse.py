@@ -392,7 +392,7 @@ def _print_permutations(name: str) -> int:
         print(f"{name}: not two groups of >= 2 seeds: nothing to permute (fix: a control with a framework verdict)",
               file=sys.stderr)
         return 2
-    fa, fb, ma, mb, same = m
+    fa, fb, ma, mb, _ = m
     runs = {f: [g["run"] for g in sorted(c["groups"][f], key=lambda g: (g["seed"] is None, g["seed"]))]
             for f in (fa, fb)}
     for design, rd in c["readings"].items():

@@ -112,9 +112,9 @@ def _reading_lines(c: dict[str, Any]) -> list[str]:
     rd = c.get("readings") or {}
     if not rd:
         return []
-    out = [f"- the framework test under each seed design, this control read **{c['seed_design']}**; permutation "
-           "check: the true split's rank among every relabelling of the runs (1 = largest F; rank / n the "
-           "permutation p; `analyse.py permutations` lists them)"]
+    out = [(f"- the framework test under each seed design, this control read **{c['seed_design']}**; permutation "
+            "check: the true split's rank among every relabelling of the runs (1 = largest F; rank / n the "
+            "permutation p; `analyse.py permutations` lists them)")]
     for design, r in rd.items():
         pc = r.get("permutation")
         perm = "" if pc is None else (f"; rank {pc['rank']} of {pc['n']}" + (

@@ -210,8 +210,8 @@ def verdict_budget(c: dict[str, Any], want: str, model: dict[str, Any] | None = 
     games = c["games_per_stream"]
     rows = []
     for n in BUDGET_SEEDS:
-        found = _fewest_streams(lambda r: hit_rate(c, want, n, r, **kw))
-        episodes = None if found["streams"] is None else int(round((2 * n * k + 1) * found["streams"] * games))
+        found = _fewest_streams(lambda r, n=n: hit_rate(c, want, n, r, **kw))
+        episodes = None if found["streams"] is None else round((2 * n * k + 1) * found["streams"] * games)
         rows.append({"seeds": n, **found, "episodes": episodes})
     n_here, r_here = min(len(runs_of[fa]), len(runs_of[fb])), int(c["streams"])
     from twinrun.core.compare import CompareSettings
@@ -270,7 +270,7 @@ SEED_POOL = ("seeds", "positive-5", "positive-6")
 MACHINE = {"trl": 1, "verl": 1, "trlslow": 1, "trlhigh": 2, "verl2": 2, "trlslow2": 2, "trlu": 3, "verlu": 3}
 
 
-def _psd(s: "Any") -> "Any":
+def _psd(s: Any) -> Any:
     """The nearest positive semi-definite matrix (eigenvalues floored at 0): a difference of estimated covariances
     can have small negative directions."""
     import numpy as np
