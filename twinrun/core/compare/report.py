@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from twinrun.core.compare.exclusions import excluded_game_notes
 from twinrun.core.records import atomic_write_json, atomic_write_text
 
 
@@ -359,6 +360,7 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
                      "(sweep.curator_dtype), whatever dtype its export saved." if dtype else
                      f"Curator precision: sweep `{plan.get('sweep_id')}` states no evaluation dtype (written before "
                      "sweep.curator_dtype): each checkpoint ran at its config's dtype.")
+        notes += excluded_game_notes(plan)  # games left out of the split, or kept though broken (issue 53)
     return notes
 
 
