@@ -8,6 +8,8 @@ import functools
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -24,6 +26,7 @@ def _findings():
     return _analyse().findings()
 
 
+@pytest.mark.slow  # compare over the committed controls with the verdict budgets' Monte Carlo
 def test_findings_page_is_recomputed_from_the_committed_rows():
     an = _analyse()
     block = an.doc_block((ROOT / "docs" / "findings.md").read_text(encoding="utf-8"))
@@ -45,6 +48,7 @@ def test_compact_rows_keep_what_compare_reads():
         k: row[k] for k in ("arm", "sweep_id", "games_hash", "outcome", "replicate", "position", "run")}
 
 
+@pytest.mark.slow  # compare over the committed controls with the verdict budgets' Monte Carlo
 def test_the_rho_a_one_stream_report_quotes_is_the_pilots():
     """compare's one-stream note quotes the controls' measured rho (twinrun.core.compare.reference): it must be the
     pilot's as compare computes it from the committed rows, interval and stream length included."""
@@ -63,6 +67,7 @@ def test_streams_doc_quotes_the_sentence_a_one_stream_report_prints():
     assert one_stream_sentence(140) in (ROOT / "docs" / "streams.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # compare over the committed controls with the verdict budgets' Monte Carlo
 def test_streams_doc_worked_example_matches_the_control():
     """docs/streams.md's worked example quotes the reference control's rho, paper-shaped MDEs and seed spread: they
     must be what analyse.py computes from the committed rows."""
@@ -100,6 +105,7 @@ def test_a_control_is_a_view_of_the_committed_folder_whole_or_not_at_all(tmp_pat
         del an.CONTROLS["missing"]
 
 
+@pytest.mark.slow  # compare over the committed controls with the verdict budgets' Monte Carlo
 def test_the_pages_prose_numbers_are_the_blocks():
     """The table and the prose above the generated block quote its verdicts, p-values, powers, budgets and the
     driver's summed timings (experiments/controls/data/driver-timings.txt): each quoted number is recomputed here."""
@@ -199,6 +205,7 @@ def test_the_pages_prose_numbers_are_the_blocks():
     assert f"the second machine's runs took {two['train']:,} s of training and {two['sweep']:,} s of sweep" in text
 
 
+@pytest.mark.slow  # compare over the committed controls with the verdict budgets' Monte Carlo
 def test_the_pages_figures_are_compares_plots_of_the_controls(tmp_path, monkeypatch):
     """Each control that compares frameworks links its figure (compare's framework-curves plot of its view), the
     figure is committed, and what the plot draws is the control's mean curves as the block states them."""

@@ -43,6 +43,7 @@ def test_the_controls_sweep_keeps_its_game_list_and_hash(alfworld_data, learn):
     games = sw.select_games([g for g in pool if g.game_id not in left], len(plan.games), plan.seed)
     assert [g.game_id for g in games] == plan.game_ids and sw.games_hash(plan.game_ids) == plan.games_hash
     assert KEYCHAIN in plan.game_ids  # so its report says why that game's episodes are unmeasured
+    assert sw._kept_broken("alfworld", plan) == {KEYCHAIN: EXCLUDED_GAMES[KEYCHAIN]}  # what `twinrun sweep` prints
     notes = excluded_game_notes(raw)
     assert notes == [f"Sweep `{plan.sweep_id}` plays `{KEYCHAIN}`, a game twinrun now leaves out of new sweeps "
                      f"({EXCLUDED_GAMES[KEYCHAIN]}); the episodes it kills are unmeasured, not failures."]
