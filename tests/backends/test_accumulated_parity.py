@@ -21,8 +21,8 @@ import yaml
 pytest.importorskip("trl")
 pytest.importorskip("verl")
 
-from twinrun.core.curation.toolcalls import CURATE_TOOL, format_curate_call  # noqa: E402
-from twinrun.core.spec import load_spec  # noqa: E402
+from twinrun.core.curation.toolcalls import CURATE_TOOL, format_curate_call
+from twinrun.core.spec import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.verl, pytest.mark.alfworld]
 
@@ -49,7 +49,11 @@ def _verl_row(spec, tok, model: str, tmp_path):
 
     from twinrun.backends.verl import config as vconfig
     from twinrun.backends.verl.agent_loop import CuratorAgentLoop
-    from twinrun.backends.verl.train import VerlRunDirs, build_overrides, task_group_rows
+    from twinrun.backends.verl.train import (
+        VerlRunDirs,
+        build_overrides,
+        task_group_rows,
+    )
     from twinrun.core.records import RunPaths
 
     paths = RunPaths(tmp_path / "verl-run")
@@ -109,7 +113,11 @@ def _verl_row(spec, tok, model: str, tmp_path):
 def _trl_row(spec, tok, prompt: list[dict], tool_results: list[dict]):
     """TRL's accumulated row for the same turns: its own tool loop, tool results replayed from verl's session."""
     from trl import GRPOTrainer
-    from trl.chat_template_utils import add_response_schema, get_training_chat_template, parse_response
+    from trl.chat_template_utils import (
+        add_response_schema,
+        get_training_chat_template,
+        parse_response,
+    )
 
     tok = add_response_schema(tok)  # what GRPOTrainer.__init__ does for a tool-calling run
     replies = iter(tool_results)

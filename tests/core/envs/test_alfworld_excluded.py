@@ -9,7 +9,6 @@ import traceback
 
 import pytest
 
-
 KEYCHAIN = "valid_seen/look_at_obj_in_light-KeyChain-None-DeskLamp-327/trial_T20190906_202601_548273"
 # the shortest of the failing action lists found by playing the scripted executor's mix (expert or random
 # admissible action) on this game: 'use desklamp 1' is admissible at drawer 7, the lamp (on dresser 1) is not in view

@@ -45,8 +45,8 @@ def test_the_controls_sweep_keeps_its_game_list_and_hash(alfworld_data, learn):
     assert KEYCHAIN in plan.game_ids  # so its report says why that game's episodes are unmeasured
     assert sw._kept_broken("alfworld", plan) == {KEYCHAIN: EXCLUDED_GAMES[KEYCHAIN]}  # what `twinrun sweep` prints
     notes = excluded_game_notes(raw)
-    assert notes == [f"Sweep `{plan.sweep_id}` plays `{KEYCHAIN}`, a game twinrun now leaves out of new sweeps "
-                     f"({EXCLUDED_GAMES[KEYCHAIN]}); the episodes it kills are unmeasured, not failures."]
+    assert notes == [(f"Sweep `{plan.sweep_id}` plays `{KEYCHAIN}`, a game twinrun now leaves out of new sweeps "
+                      f"({EXCLUDED_GAMES[KEYCHAIN]}); the episodes it kills are unmeasured, not failures.")]
 
 
 @pytest.mark.alfworld
@@ -63,8 +63,8 @@ def test_a_new_sweep_leaves_the_game_out_and_says_why(alfworld_data, learn, tmp_
     manifest = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert manifest["excluded_games"] == left and manifest["games_hash"] == plan.games_hash
     assert excluded_game_notes(manifest) == [
-        f"Left out of split `valid_seen` by sweep `{plan.sweep_id}` before its game list was drawn: `{KEYCHAIN}` "
-        f"({EXCLUDED_GAMES[KEYCHAIN]})."]
+        (f"Left out of split `valid_seen` by sweep `{plan.sweep_id}` before its game list was drawn: `{KEYCHAIN}` "
+         f"({EXCLUDED_GAMES[KEYCHAIN]}).")]
     # resumed, the folder keeps what it left out (a later table change does not move its game list)
     assert sw.split_exclusions("alfworld", pool, sw.load_plan(tmp_path / "out")) == left
 
