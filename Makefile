@@ -12,6 +12,8 @@ DEMO_OUT ?= runs/smoke-cpu
 LEARN_OUT ?= runs/learn
 CONTROLS_OUT ?= runs/controls
 PYTEST_ARGS ?=
+# make test runs the fast tier over this many pytest-xdist workers (0: one process); measured in docs/measured.md
+TEST_WORKERS ?= 2
 
 export ALFWORLD_DATA TWINRUN_CACHE
 export HF_HUB_OFFLINE=1
@@ -59,7 +61,7 @@ controls: env alfworld-data
 
 # exit status 5 = pytest collected nothing (a wrong path or marker): a failure here, not a pass
 test: env
-	@$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	@$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 test-all: env

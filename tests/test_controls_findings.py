@@ -8,6 +8,11 @@ import functools
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+# compare over the 28 committed runs and the budgets' Monte Carlo (minutes on 2 cores): the slow tier, which CI runs
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -97,6 +97,7 @@ def test_devices_against_resources(repo_root):
     assert devices(cpu, FakeCuda(0))[0].status == "skip"
 
 
+@pytest.mark.slow  # the CLI in a subprocess imports every framework doctor checks (the checks themselves stay fast above)
 def test_cli_exits_1_and_prints_every_check(repo_root, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "twinrun.cli", "doctor", "--gpu",
                            str(repo_root / "experiments" / "skillos-alfworld-qwen3-8b.yaml"), "--out",

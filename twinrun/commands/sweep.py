@@ -202,6 +202,11 @@ def sweep_cmd(
                    + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else "")
                    + (f" ({a.attempts} Ray attempts: a node or worker was lost)" if a.attempts > 1 else "")
                    + (f" ({a.stopped}; rerun the same command to resume)" if a.stopped else ""))
+    for game, why in result.excluded_games.items():
+        typer.echo(f"  left out of the split: {game}: {why}")
+    for game, why in result.kept_broken.items():
+        typer.echo(f"  kept in this folder's game list (planned before it was left out): {game}: {why}; its "
+                   "failed episodes are unmeasured (a new --out folder leaves it out)")
     stopped = [name for name, a in result.arms.items() if a.stopped]
     if stopped:
         typer.echo(f"sweep incomplete: {len(stopped)} arm(s) stopped when their curator server went away "

@@ -25,6 +25,7 @@ from twinrun.core.compare.report_tables import (  # noqa: F401  (streams_sentenc
     blocks_sentence, streams_sentence,
 )
 from twinrun.core.compare.render import game_lists_note, seed_design_line
+from twinrun.core.compare.exclusions import excluded_game_notes
 from twinrun.core.records import atomic_write_json, atomic_write_text
 
 
@@ -312,6 +313,7 @@ def sweep_notes(inputs: Sequence[str | Path]) -> list[str]:
                      "(sweep.curator_dtype), whatever dtype its export saved." if dtype else
                      f"Curator precision: sweep `{plan.get('sweep_id')}` states no evaluation dtype (written before "
                      "sweep.curator_dtype): each checkpoint ran at its config's dtype.")
+        notes += excluded_game_notes(plan)  # games left out of the split, or kept though broken (issue 53)
     return notes
 
 

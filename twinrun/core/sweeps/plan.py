@@ -109,6 +109,9 @@ class SweepPlan:
     # sweep --until-decided (issue 41): the looks planned, each look taken (streams, levels, verdicts) and why it
     # stopped; None for a fixed sweep. Written by twinrun.core.sweeps.until_decided
     sequential: dict[str, Any] | None = None
+    # games left out of the split before the game list was drawn: game id -> why (envs.alfworld.EXCLUDED_GAMES);
+    # None: a manifest planned before exclusions existed (nothing left out; its list may hold such a game)
+    excluded_games: dict[str, str] | None = None
 
     @property
     def game_ids(self) -> list[str]:
@@ -433,13 +436,15 @@ def arm_name(run: str, step: int, replicate: int = 0) -> str:
 
 def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
                split: str, executor_settings_hash: str | None, streams: int = 1,
-               curator_dtype: str | None = None, curator_server: str | None = None) -> SweepPlan:
+               curator_dtype: str | None = None, curator_server: str | None = None,
+               excluded_games: Mapping[str, str] | None = None) -> SweepPlan:
     """Create the manifest, or extend an existing one with new arms (same spec, games, number of streams and
     evaluation dtype, else refused before anything is written).
 
     streams: replicate streams per arm; every checkpoint arm and the baseline gets replicates 0..streams-1;
     curator_dtype: the one dtype every checkpoint is loaded at (:func:`eval_dtype`); curator_server: how the
-    curators generate (sweep.curator_server; None: in process)."""
+    curators generate (sweep.curator_server; None: in process); excluded_games: games left out of the split
+    before `games` was drawn, with why (recorded in a new manifest; see sweep.split_exclusions)."""
     out = Path(out_dir)
     existing = check_streams(out, streams)
     if curator_dtype is not None:
@@ -469,6 +474,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             twinrun_version=twinrun_version(),
             streams=streams, stream_plans=[stream_plan(spec.seed, ids, r) for r in range(streams)],
             curator_dtype=curator_dtype, curator_server=curator_server,
+            excluded_games=dict(excluded_games or {}),
         )
     have = {a.arm: a for a in plan.arms}
 
