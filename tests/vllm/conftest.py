@@ -1,5 +1,5 @@
-"""The vLLM tests' shared pieces: the vLLM-servable tiny curator (:data:`twinrun.models.tiny.VLLM_SHAPE`,
-warm-started as the smoke arm's is), and the rule that every engine a test starts is gone when it ends."""
+"""The vLLM tests' shared pieces: the vLLM-servable tiny curator (:data:`twinrun.models.tiny.VLLM_SHAPE`), a
+curator input, and a liveness check for the engine processes a test must leave gone."""
 
 from __future__ import annotations
 
@@ -10,20 +10,19 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def vllm_curator(cache_dir: Path, alfworld_data: Path, smoke_spec_path: Path) -> Path:
-    """The smoke arm's warm start on the vLLM shape (head_dim 32, full attention): built once per cache."""
-    from twinrun.core.spec import load_spec
-    from twinrun.models.tiny import VLLM_SHAPE
-    from twinrun.models.warmstart import warm_started_tiny_curator
+def vllm_curator(cache_dir: Path) -> Path:
+    """The tiny curator on the vLLM shape (head_dim 32, full attention), random weights: what the tests compare
+    (vLLM against transformers on the same weights) needs no warm start, and a random model's next-token
+    distributions are wide, which the sampling test wants."""
+    from twinrun.models.tiny import VLLM_SHAPE, build_tiny_qwen3
 
-    return warm_started_tiny_curator(load_spec(smoke_spec_path), cache_dir, data_root=alfworld_data, shape=VLLM_SHAPE)
+    return build_tiny_qwen3(cache_dir, **VLLM_SHAPE)
 
 
-def transcripts_of(curator: Path) -> list[dict]:
-    """The real curation transcripts the warm start recorded beside the curator (real chi_i inputs)."""
-    import json
-
-    return json.loads(Path(str(curator) + ".transcripts.json").read_text())
+CHI = ("Task group: pick. Previous task: put a clean apple in fridge. Outcome: failure. Steps: 12.\n"
+       "Action 1: go to countertop 1\nObservation 1: On the countertop 1, you see a apple 1, a bread 1, a mug 2.\n"
+       "Action 2: take apple 1 from countertop 1\nObservation 2: You pick up the apple 1 from the countertop 1.\n"
+       "Skill repository: no skills yet. Update the skill repository so that the executor succeeds on the next task.")
 
 
 def alive(pid: int) -> bool:

