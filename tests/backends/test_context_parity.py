@@ -41,7 +41,7 @@ def test_trl_and_verl_train_the_same_rows_for_the_same_turns(estimator, repo_roo
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
-    from twinrun.backends.trl.per_position import PositionStepper, Slot, slot_scores
+    from twinrun.core.curation.positions import PositionStepper, Slot, slot_scores
     from twinrun.backends.verl.estimators import decode_uid, position_rows
     from twinrun.backends.verl.loop_manager import TAG_FIELD
     from twinrun.backends.verl.names import MESSAGES_FIELD, ROW_TOKENS_KEY

@@ -130,13 +130,13 @@ def scripted_curator(tokenizer, calls: list[list[int]] | None = None):
 
 
 def slots_for(groups):
-    from twinrun.backends.trl.per_position import Slot
+    from twinrun.core.curation.positions import Slot
 
     return [Slot(g, r, p) for g in groups for r in range(ROLLOUTS) for p in range(1, GROUP_SIZE + 1)]
 
 
 def run_schedule(schedule, pool, repo_root, groups, tokenizer, calls):
-    from twinrun.backends.trl.per_position import PositionStepper
+    from twinrun.core.curation.positions import PositionStepper
 
     with make_runtime(pool, repo_root, StaggeredRuntime) as rt:
         stepper = PositionStepper(rt, tokenizer, history=0, max_prompt_tokens=None, schedule=schedule)
@@ -145,7 +145,7 @@ def run_schedule(schedule, pool, repo_root, groups, tokenizer, calls):
 
 
 def test_ready_schedule_trains_the_barrier_schedules_rows(pool, repo_root, groups, tokenizer):
-    from twinrun.backends.trl.per_position import slot_scores
+    from twinrun.core.curation.positions import slot_scores
 
     rollouts = len(groups) * ROLLOUTS
     barrier_calls: list[list[int]] = []
@@ -177,7 +177,7 @@ def test_ready_schedule_trains_the_barrier_schedules_rows(pool, repo_root, group
 
 
 def test_ready_schedule_has_no_barrier_between_positions(pool, repo_root, groups, tokenizer):
-    from twinrun.backends.trl.per_position import PositionStepper
+    from twinrun.core.curation.positions import PositionStepper
 
     with make_runtime(pool, repo_root, GatedRuntime) as rt:
         first = groups[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twinrun.backends.trl.token_advantages import model_segments, spread_advantages
+from twinrun.core.advantages.token_advantages import model_segments, spread_advantages
 
 
 def test_segments_are_maximal_runs_of_loss_tokens():

@@ -289,7 +289,7 @@ def test_gigpo_loss_weighs_each_token_with_its_positions_core_advantage(smoke, a
     import numpy as np
     import torch
 
-    from twinrun.backends.trl.token_advantages import model_segments
+    from twinrun.core.advantages.token_advantages import model_segments
     from twinrun.backends.trl.train import train
     from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
     from twinrun.core.curation.policy_input import segment_positions

@@ -128,7 +128,8 @@ def test_per_position_rollout_syncs_vllm_once_per_step(alfworld_data, repo_root,
     from transformers import AutoTokenizer
 
     from twinrun.backends.trl.environment import dataset_row
-    from twinrun.backends.trl.per_position import PerPositionGRPOTrainer, PositionStepper, slots_of
+    from twinrun.backends.trl.per_position import PerPositionGRPOTrainer, slots_of
+    from twinrun.core.curation.positions import PositionStepper
     from twinrun.core.curation import CurationRuntime
     from twinrun.core.spec import load_spec
     from twinrun.models.tiny import build_tiny_qwen3

@@ -42,28 +42,30 @@ def round_dir(out: Path, r: int) -> Path:
     return out / "rounds" / f"round-{r:02d}"
 
 
-def _start(out: Path, spec: Any, backend: str, resume: bool, data_from: Path | None) -> None:
-    import yaml
+def _manifest(spec: Any, backend: str, data_from: Path | None) -> dict[str, Any]:
+    return {"kind": "rose_run", "backend": backend, "spec_hash": spec.spec_hash(), "rounds": spec.sft.rose.rounds,
+            "data_from": str(data_from) if data_from else None}
 
-    from twinrun.core.records import atomic_write_json, atomic_write_text
+
+def _guard(out: Path, want: dict[str, Any], resume: bool) -> str:
+    """ROSE's folder guard (reads only; core's run lifecycle calls it before and under the lock): a new run needs
+    an empty folder, a resume the same backend, spec and --data-from. The resume point is the first round without
+    done.json."""
+    from twinrun.core.records.lock import LOCK_NAME
 
     manifest = out / "rose.json"
-    want = {"kind": "rose_run", "backend": backend, "spec_hash": spec.spec_hash(), "rounds": spec.sft.rose.rounds,
-            "data_from": str(data_from) if data_from else None}
     if not resume:
-        if out.exists() and any(out.iterdir()):
+        if out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
             raise TwinrunError(f"--out: {str(out)!r} is not empty (fix: a new folder, or --resume to continue it)")
-    elif not manifest.is_file():
+        return "new"
+    if not manifest.is_file():
         raise TwinrunError(f"--resume: {str(out)!r} holds no ROSE run (no rose.json; fix: drop --resume)")
-    else:
-        have = json.loads(manifest.read_text(encoding="utf-8"))
-        for k in ("backend", "spec_hash", "data_from"):
-            if have.get(k) != want[k]:
-                raise TwinrunError(f"--resume: {manifest} was started with {k}={have.get(k)!r}, not {want[k]!r} "
-                                   "(fix: resume with the same spec, backend and --data-from, or a new --out)")
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(manifest, want)
-    atomic_write_text(out / "spec.yaml", yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False))
+    have = json.loads(manifest.read_text(encoding="utf-8"))
+    for k in ("backend", "spec_hash", "data_from"):
+        if have.get(k) != want[k]:
+            raise TwinrunError(f"--resume: {manifest} was started with {k}={have.get(k)!r}, not {want[k]!r} "
+                               "(fix: resume with the same spec, backend and --data-from, or a new --out)")
+    return "resume"
 
 
 def _round_spec(spec: Any, data: Path, model: str) -> Any:
@@ -90,9 +92,10 @@ def run_rose(spec: Any, backend: str, out: str | Path, *, cache_dir: Any = None,
              progress: Callable[[str], None] | None = None, train_kw: dict[str, Any] | None = None
              ) -> dict[str, Any]:
     """Run (or resume) every round; returns ``{"rounds": [done.json of each round], ...}``."""
-    from twinrun.core.records import atomic_write_json
-    from twinrun.models.tiny import resolve_model
-    from twinrun.backends.sft_plan import prepare_sft
+    import yaml
+
+    from twinrun.core.records import RunPaths
+    from twinrun.core.records.lifecycle import run_lifecycle
 
     if backend not in ROSE_TRAINERS:
         raise TwinrunError(f"--backend: {backend!r} is not an SFT backend (fix: one of {', '.join(ROSE_TRAINERS)})")
@@ -101,12 +104,27 @@ def run_rose(spec: Any, backend: str, out: str | Path, *, cache_dir: Any = None,
     if data_from is not None and not (data_from / "rose.json").is_file():
         raise TwinrunError(f"--data-from: {str(data_from)!r} is not a ROSE run (no rose.json; fix: another ROSE "
                            "run's --out)")
-    rose = spec.sft.rose
     say = progress or (lambda m: None)
-    _start(out, spec, backend, resume, data_from)
-    module, _, attr = ROSE_TRAINERS[backend].partition(":")
-    train = getattr(importlib.import_module(module), attr)
+    want = _manifest(spec, backend, data_from)
+    spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)
+    with run_lifecycle(RunPaths(out), spec_yaml=spec_yaml, backend=backend, resume=resume, log=say,
+                       folder_guard=lambda: _guard(out, want, resume)) as run:
+        run.begin(keep_steps=None, files={"rose.json": want})  # locked until every round is done
+        module, _, attr = ROSE_TRAINERS[backend].partition(":")
+        finished = _rounds(spec, backend, out, getattr(importlib.import_module(module), attr), cache_dir=cache_dir,
+                           data_from=data_from, base_url=base_url, model=model, say=say, train_kw=train_kw)
+    return {"backend": backend, "out": str(out), "rounds": finished}
 
+
+def _rounds(spec: Any, backend: str, out: Path, train: Callable[..., Any], *, cache_dir: Any,
+            data_from: Path | None, base_url: str | None, model: str | None, say: Callable[[str], None],
+            train_kw: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every round from the first without done.json (data, SFT, done.json); returns each round's done.json."""
+    from twinrun.backends.sft_plan import prepare_sft
+    from twinrun.core.records import atomic_write_json
+    from twinrun.models.tiny import resolve_model
+
+    rose = spec.sft.rose
     collector = None if data_from is not None else _Collector(spec, base_url, model, cache_dir, say)
     student = resolve_model(spec.sft.model or spec.curator.model, cache_dir)
     optimizer_from: str | None = None
@@ -151,7 +169,7 @@ def run_rose(spec: Any, backend: str, out: str | Path, *, cache_dir: Any = None,
     finally:
         if collector is not None:
             collector.close()
-    return {"backend": backend, "out": str(out), "rounds": finished}
+    return finished
 
 
 class _Collector:

@@ -20,6 +20,8 @@ each backend logs its realised per-step tokens in ``metrics.jsonl`` and the inte
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -465,24 +467,21 @@ def prepare_sft(spec: ExperimentSpec, *, cache_dir: Any = None, output_dir: str 
     return PreparedSFT(spec, model_path, tokenizer, dataset, plan)
 
 
-def start_run_dir(out: Any, prepared: PreparedSFT, backend: str, *, resume: bool) -> Any:
-    """Create (or, with resume, reopen) a run folder and write spec.yaml + plan.json atomically."""
+@contextmanager
+def sft_run_dir(out: Any, prepared: PreparedSFT, backend: str, *, resume: bool) -> Iterator[Any]:
+    """Core's run lifecycle for an SFT run folder: refused before any write (another writer, a run with completed
+    steps without --resume, a different spec on --resume), then locked for the ``with`` block, with spec.yaml,
+    run.json and plan.json written; a resume keeps every record (the framework skips the steps it recorded)."""
     import json
     from pathlib import Path
 
     import yaml
 
-    from twinrun.core.records import RunPaths, atomic_write_json, atomic_write_text
+    from twinrun.core.records import RunPaths
+    from twinrun.core.records.lifecycle import run_lifecycle
 
     paths = RunPaths(Path(out))
-    if paths.root.exists() and any(paths.root.iterdir()) and not resume:
-        raise TwinrunError(f"--out: {str(paths.root)!r} is not empty (fix: a new folder, or --resume to continue)")
-    paths.root.mkdir(parents=True, exist_ok=True)
     spec_yaml = yaml.safe_dump(json.loads(prepared.spec.canonical_json()), sort_keys=False)
-    if resume and paths.spec.exists() and paths.spec.read_text(encoding="utf-8") != spec_yaml:
-        raise TwinrunError(
-            f"--resume: {paths.spec} holds a different spec (fix: resume with the same spec, or a new --out)"
-        )
-    atomic_write_text(paths.spec, spec_yaml)
-    atomic_write_json(paths.root / "plan.json", {"backend": backend, **prepared.plan.to_json()})
-    return paths
+    with run_lifecycle(paths, spec_yaml=spec_yaml, backend=backend, resume=resume) as run:
+        run.begin(keep_steps=None, files={"plan.json": {"backend": backend, **prepared.plan.to_json()}})
+        yield paths

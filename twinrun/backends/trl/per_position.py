@@ -3,14 +3,15 @@ GRPOTrainer's stock ``rollout_func``.
 
 Layout. One dataset row per task group and ``num_generations = N x |G|``: TRL's RepeatSampler hands each process
 contiguous copies of a group, and slot ``r*|G| + (p-1)`` of the group's block is (rollout r, position p)
-(:func:`slot_layout`). A process's slice of the generation batch holds whole rollouts (compile.py checks the
-arithmetic; :class:`PositionStepper` refuses a slice that splits one).
+(core's :func:`~twinrun.core.curation.positions.slot_layout`). A process's slice of the generation batch holds
+whole rollouts (compile.py checks the arithmetic; core's ``PositionStepper`` refuses a slice that splits one).
 
 One generation batch (:class:`PerPositionGRPOTrainer`):
 
 1. ``_generate_and_score_completions`` notes each local slot's (task group, rollout, position): TRL hands the
    ``rollout_func`` only the prompts.
-2. TRL calls the ``rollout_func`` = :meth:`PositionStepper.run`: every local rollout starts (position 1 played
+2. TRL calls the ``rollout_func`` = core's position schedule
+   (:class:`~twinrun.core.curation.positions.PositionStepper`): every local rollout starts (position 1 played
    concurrently); whenever a rollout's episode at position p has ended, its prompt is rendered by core
    (:func:`~twinrun.core.curation.context_shape.session_messages`: chi_p and a window of ``curator.history`` earlier
    (input, turn) pairs), tokenised with the tokenizer's own chat template and the ``curate`` tool, and generated
@@ -30,12 +31,9 @@ One generation batch (:class:`PerPositionGRPOTrainer`):
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -49,34 +47,13 @@ from twinrun.backends.trl.trainer import (
     check_step,
     gathered_advantages,
 )
-from twinrun.core.curation import CurationResult, CurationRuntime, CurationSession, TaskGroup
+from twinrun.core.advantages.training_rows import RowScore, TrainingRowRecord, row_advantages
+from twinrun.core.curation import CurationRuntime
+from twinrun.core.curation.context_shape import ids_digest
+from twinrun.core.curation.positions import PositionStepper, Slot, StepperOutput, slot_layout, slot_scores
 from twinrun.core.errors import TwinrunError
-from twinrun.core.curation.context_shape import ids_digest, prompt_token_ids, session_messages
-from twinrun.core.curation.toolcalls import CURATE_TOOL
-from twinrun.core.advantages.training_rows import RowScore, TrainingRowRecord, rollout_rows, row_advantages
 
 TOTAL_FIELD = "twinrun_total"  # rollout_func extra field: the slot's rollout reward (TRL hands it to the reward)
-
-Generate = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]] | None]]
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One local generation slot: a (rollout, position) of a task group."""
-
-    group: TaskGroup
-    rollout_index: int
-    position: int
-
-    @property
-    def rollout_key(self) -> tuple[str, int]:
-        return (self.group.group_id, self.rollout_index)
-
-
-def slot_layout(global_index: int, num_generations: int, group_size: int) -> tuple[int, int]:
-    """(rollout index, position 1..|G|) of a generation-batch slot: slot ``r*|G| + (p-1)`` of its group's block."""
-    j = global_index % num_generations
-    return j // group_size, j % group_size + 1
 
 
 def slots_of(inputs: Sequence[dict[str, Any]], offset: int, num_generations: int, group_size: int) -> list[Slot]:
@@ -87,170 +64,6 @@ def slots_of(inputs: Sequence[dict[str, Any]], offset: int, num_generations: int
         r, p = slot_layout(offset + i, num_generations, group_size)
         out.append(Slot(group_of(row), r, p))
     return out
-
-
-@dataclass
-class StepperOutput:
-    """What :meth:`PositionStepper.run` produced, in slot order (results keyed by rollout)."""
-
-    prompt_ids: list[list[int]]
-    completion_ids: list[list[int]]
-    logprobs: list[list[float]] | None
-    messages: list[list[dict[str, str]]]
-    results: dict[tuple[str, int], CurationResult]
-    wall_s: dict[str, float] = field(default_factory=dict)
-
-
-SCHEDULES = ("ready", "barrier")
-
-
-class PositionStepper:
-    """Steps every local rollout of a generation batch through its positions.
-
-    schedule ``ready`` (what :class:`PerPositionGRPOTrainer` uses wherever each process's generation is its own): a
-    rollout's next position starts as soon as its own curator turn is generated; the main thread generates for
-    whichever rollouts are waiting, in one call per wake-up (a micro-batch). ``barrier`` (this class's default, the
-    earlier schedule): one generation call per position for all rollouts, the reference the tests and
-    bench/train_concurrency.py compare against. Both produce the same rows for the same turns."""
-
-    def __init__(self, runtime: CurationRuntime, tokenizer: Any, *, history: int, max_prompt_tokens: int | None,
-                 tools: Sequence[dict[str, Any]] = (CURATE_TOOL,), schedule: str = "barrier"):
-        if schedule not in SCHEDULES:
-            raise TwinrunError(f"trl per_position: schedule {schedule!r} is unknown (fix: one of {', '.join(SCHEDULES)})")
-        self.schedule = schedule
-        self.runtime = runtime
-        self.tokenizer = tokenizer
-        self.history = history
-        self.max_prompt_tokens = max_prompt_tokens
-        self.tools = list(tools)
-
-    def _ids(self, messages: list[dict[str, str]]) -> list[int]:
-        return prompt_token_ids(self.tokenizer, messages, self.tools)
-
-    def messages(self, session: CurationSession) -> list[dict[str, str]]:
-        return session_messages(session, self.runtime.curator_system_prompt, self.history,
-                                measure=lambda m: len(self._ids(m)), limit=self.max_prompt_tokens)
-
-    def run(self, slots: Sequence[Slot], generate: Generate) -> StepperOutput:
-        g = self.runtime.group_size
-        order: dict[tuple[str, int], dict[int, int]] = {}  # rollout -> position -> slot index
-        for i, s in enumerate(slots):
-            order.setdefault(s.rollout_key, {})[s.position] = i
-        for key, positions in order.items():
-            if sorted(positions) != list(range(1, g + 1)):
-                raise TwinrunError(
-                    f"trl per_position: rollout {key} has positions {sorted(positions)} in this process, not 1..{g} "
-                    "(fix: a process's share of the generation batch must hold whole rollouts; see twinrun plan)"
-                )
-        keys = list(order)
-        groups = {s.rollout_key: s.group for s in slots}
-        sessions = [self.runtime.session(groups[k], k[1]) for k in keys]
-        out = StepperOutput([[] for _ in slots], [[] for _ in slots], [[] for _ in slots], [[] for _ in slots], {},
-                            {"executor": 0.0, "generate": 0.0})
-        if self.schedule == "barrier":
-            self._run_barrier(sessions, keys, order, generate, out)
-        else:
-            self._run_ready(sessions, keys, order, generate, out)
-        return out
-
-    def _generate(self, batch: list[int], sessions: list[CurationSession], keys: list[tuple[str, int]],
-                  order: dict[tuple[str, int], dict[int, int]], positions: list[int], generate: Generate,
-                  out: StepperOutput) -> list[str]:
-        """One generation call for the rollouts in `batch` (indices into `sessions`), each at its own position:
-        fills their slots of `out` and returns the decoded turns."""
-        msgs = [self.messages(sessions[j]) for j in batch]
-        ids = [self._ids(m) for m in msgs]
-        t0 = time.perf_counter()
-        comp, lps = generate(ids)
-        out.wall_s["generate"] += time.perf_counter() - t0
-        if len(comp) != len(ids):
-            raise TwinrunError(f"trl per_position: {len(comp)} completions for {len(ids)} prompts")
-        for n, j in enumerate(batch):
-            i = order[keys[j]][positions[j]]
-            out.prompt_ids[i], out.completion_ids[i], out.messages[i] = ids[n], list(comp[n]), msgs[n]
-            if out.logprobs is not None:
-                if lps is None:
-                    out.logprobs = None
-                else:
-                    out.logprobs[i] = list(lps[n])
-        return [self.tokenizer.decode(c, skip_special_tokens=True) for c in comp]
-
-    def _run_barrier(self, sessions: list[CurationSession], keys: list[tuple[str, int]],
-                     order: dict[tuple[str, int], dict[int, int]], generate: Generate, out: StepperOutput) -> None:
-        """Every rollout's turn p in one generation call: position p+1 of all rollouts waits for the slowest
-        episode of position p (the earlier schedule; bench/train_concurrency.py measures it as the before)."""
-        loop = self.runtime.loop
-
-        async def gather(coros: list[Any]) -> list[Any]:
-            return list(await asyncio.gather(*coros))
-
-        t0 = time.perf_counter()
-        loop.run(gather([s.astart() for s in sessions]))
-        out.wall_s["executor"] += time.perf_counter() - t0
-        everyone = list(range(len(sessions)))
-        for p in range(1, self.runtime.group_size + 1):
-            texts = self._generate(everyone, sessions, keys, order, [p] * len(sessions), generate, out)
-            t0 = time.perf_counter()
-            loop.run(gather([s.asubmit(t) for s, t in zip(sessions, texts, strict=True)]))
-            out.wall_s["executor"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        results = loop.run(gather([s.afinish() for s in sessions]))
-        out.wall_s["executor"] += time.perf_counter() - t0
-        out.results = dict(zip(keys, results, strict=True))
-
-    def _run_ready(self, sessions: list[CurationSession], keys: list[tuple[str, int]],
-                   order: dict[tuple[str, int], dict[int, int]], generate: Generate, out: StepperOutput) -> None:
-        """No barrier between positions: whenever the main thread is free it generates one call for every rollout
-        whose episode has ended (each at its own position), and hands each turn to its session at once; episodes
-        keep running on the rollout loop meanwhile. A rollout's prompt at p is a function of its own session
-        only, so the rows are the barrier schedule's whenever the curator's turns are (scripted or forced)."""
-        loop, g = self.runtime.loop, self.runtime.group_size
-        pending: dict[concurrent.futures.Future[Any], int] = {loop.submit(s.astart()): j
-                                                               for j, s in enumerate(sessions)}
-        position = [1] * len(sessions)  # the position whose turn each rollout needs next (g + 1: finishing)
-        results: dict[int, CurationResult] = {}
-        try:
-            while pending:
-                t0 = time.perf_counter()
-                done, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
-                out.wall_s["executor"] += time.perf_counter() - t0
-                ready = []
-                for f in sorted(done, key=lambda f: pending[f]):  # rollout order: a fixed order within a call
-                    j = pending.pop(f)
-                    res = f.result()  # an infrastructure error here fails the step as the barrier schedule does
-                    if position[j] > g:
-                        results[j] = res
-                    else:
-                        ready.append(j)
-                if not ready:
-                    continue
-                texts = self._generate(ready, sessions, keys, order, position, generate, out)
-                for j, text in zip(ready, texts, strict=True):
-                    pending[loop.submit(_advance(sessions[j], text, last=position[j] == g))] = j
-                    position[j] += 1
-        finally:
-            for f in pending:
-                f.cancel()
-        out.results = {keys[j]: results[j] for j in range(len(sessions))}
-
-
-async def _advance(session: CurationSession, turn: str, *, last: bool) -> str | CurationResult | None:
-    """Hand a rollout its turn (core applies the operations and plays the next position); after its last turn,
-    finish it (rewards) in the same task, so a finished rollout costs the main thread no extra wake-up."""
-    nxt = await session.asubmit(turn)
-    return await session.afinish() if last else nxt
-
-
-def slot_scores(slots: Sequence[Slot], results: dict[tuple[str, int], CurationResult]) -> list[RowScore]:
-    """Core's facts about each slot's row (slot order)."""
-    rows: dict[tuple[str, int], list[RowScore]] = {}
-    for key, res in results.items():
-        rows[key] = rollout_rows(
-            key[0], f"{key[0]}#{key[1]}", total=res.total,
-            step_rewards=res.step_rewards if res.total is not None else [],
-            anchors=res.anchors, position_valid=[not p.no_valid_call for p in res.record.positions],
-        )
-    return [rows[s.rollout_key][s.position - 1] for s in slots]
 
 
 @contextmanager

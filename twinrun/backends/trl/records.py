@@ -8,7 +8,8 @@ Layout (``RunPaths``)::
 
 Step numbering: training step k (1-based) is the k-th generation round and its optimizer updates; checkpoint
 ``step-k`` holds the weights after it; ``metrics.jsonl`` row ``step: k`` describes it. Rows of ``rollouts.jsonl``
-carry core's 0-based task-group step (``k - 1``).
+carry core's 0-based task-group step (``k - 1``). The folder's guard, lock and truncation on resume are core's
+(:mod:`twinrun.core.records.lifecycle`); this module supplies TRL's resume point and config comparison.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from twinrun.core.errors import TwinrunError
-from twinrun.core.records import JsonlWriter, Provenance, RunPaths, StepMetrics, atomic_write_text, publishing_dir, read_jsonl
+from twinrun.core.records import JsonlWriter, Provenance, RunPaths, StepMetrics, publishing_dir
 from twinrun.core.advantages.step_metrics import curation_step_metrics, finite_or_none, mean_finite
 
 TRL_DIR = "trl"
@@ -74,28 +75,21 @@ def step_metrics(
 # Run directory
 
 
-def check_resolved_config(paths: RunPaths, resolved: dict[str, Any], *, resume: bool) -> None:
-    """On resume, refuse a resolved GRPOConfig that differs from the recorded one. Reads only."""
-    path = paths.resolved_config
-    if resume and path.exists():
-        old = comparable_config(json.loads(path.read_text(encoding="utf-8")))
-        new = comparable_config(resolved)
-        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-        if changed:
-            k = changed[0]
-            raise TwinrunError(
-                f"--resume: resolved GRPOConfig changed ({k}: {old.get(k)!r} -> {new.get(k)!r}"
-                f"{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}; fix: resume with the same spec, "
-                "twinrun and TRL versions, or start a new --out)"
-            )
+def refuse_changed_config(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """On resume (core's run lifecycle calls it), refuse a resolved GRPOConfig that differs from the recorded one."""
+    old, new = comparable_config(old), comparable_config(new)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if changed:
+        k = changed[0]
+        raise TwinrunError(
+            f"--resume: resolved GRPOConfig changed ({k}: {old.get(k)!r} -> {new.get(k)!r}"
+            f"{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}; fix: resume with the same spec, "
+            "twinrun and TRL versions, or start a new --out)"
+        )
 
 
 def comparable_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in json.loads(json.dumps(cfg, default=str)).items() if k not in _PATH_KEYS}
-
-
-def write_resolved_config(paths: RunPaths, resolved: dict[str, Any]) -> None:
-    atomic_write_text(paths.resolved_config, json.dumps(resolved, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def last_complete_checkpoint(paths: RunPaths, updates_per_step: int) -> tuple[int, Path] | None:
@@ -118,20 +112,6 @@ def last_complete_checkpoint(paths: RunPaths, updates_per_step: int) -> tuple[in
         if best is None or step > best[0]:
             best = (step, d)
     return best
-
-
-def truncate_records(paths: RunPaths, keep_steps: int) -> None:
-    """Drop rows of steps after ``keep_steps`` (a crash after them, before their checkpoint): they are re-run."""
-    metrics = [r for r in read_jsonl(paths.metrics) if int(r["step"]) <= keep_steps]
-    rollouts = [r for r in read_jsonl(paths.rollouts) if int(r["step"]) < keep_steps]  # core's 0-based group step
-    n_episodes = sum(int(r["executor_episodes"]) for r in rollouts)
-    episodes = list(read_jsonl(paths.episodes))[:n_episodes]
-    trl_log = [r for r in read_jsonl(paths.root / TRL_LOG) if int(r.get("step", 0)) <= keep_steps]
-    trained = [r for r in read_jsonl(paths.rows) if int(r["step"]) <= keep_steps]  # 1-based training step
-    for path, rows in ((paths.metrics, metrics), (paths.rollouts, rollouts), (paths.episodes, episodes),
-                       (paths.root / TRL_LOG, trl_log), (paths.rows, trained)):
-        if path.exists():
-            atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in rows))
 
 
 _NOT_WEIGHTS = ("optimizer.pt", "scheduler.pt", "training_args.bin", "trainer_state.json", "README.md")

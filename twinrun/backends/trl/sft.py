@@ -27,7 +27,7 @@ from twinrun.backends.sft_plan import (
     carry_optimizer_state,
     export_hf_checkpoint,
     prepare_sft,
-    start_run_dir,
+    sft_run_dir,
 )
 
 
@@ -39,6 +39,14 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
 
     ``optimizer_from``: a previous run's ``optimizer_state`` (ROSE's last round): AdamW starts from its moments
     and step counts (:func:`twinrun.backends.sft_plan.carry_optimizer_state`) instead of from zero."""
+    out = Path(out)
+    prepared = prepared or prepare_sft(spec, cache_dir=cache_dir, output_dir=str(out / "trl"))
+    with sft_run_dir(out, prepared, "trl", resume=resume) as paths:  # core's run lifecycle, locked until done
+        return _train_sft(spec, out, paths, prepared, resume=resume, optimizer_from=optimizer_from)
+
+
+def _train_sft(spec: Any, out: Path, paths: Any, prepared: PreparedSFT, *, resume: bool,
+               optimizer_from: str | Path | None) -> dict[str, Any]:
     import torch
     import transformers
     import trl
@@ -48,10 +56,7 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
     from trl import SFTConfig, SFTTrainer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    out = Path(out)
     work = out / "trl"
-    prepared = prepared or prepare_sft(spec, cache_dir=cache_dir, output_dir=str(work))
-    paths = start_run_dir(out, prepared, "trl", resume=resume)
     tok = prepared.tokenizer
     plan = prepared.plan
     examples = prepared.dataset.examples

@@ -45,92 +45,78 @@ def train(
     generated) or ``barrier`` (one generation call per position for every rollout: the earlier schedule, which
     bench/train_concurrency.py measures as the before); the rows are the same for the same turns.
     Returns a small summary (steps trained, checkpoints, wall time)."""
-    with ExitStack() as held:
-        return _train(spec, out_dir, resume, cache_dir, data_root=data_root, log=log, estimator=estimator,
-                      keep_row_tokens=keep_row_tokens, held=held if hold_lock else None,
-                      position_schedule=position_schedule)
+    return _train(spec, out_dir, resume, cache_dir, data_root=data_root, log=log, estimator=estimator,
+                  keep_row_tokens=keep_row_tokens, hold_lock=hold_lock, position_schedule=position_schedule)
 
 
 def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path | None, *, data_root: str | Path | None,
-           log: Any, estimator: Any, keep_row_tokens: bool, held: ExitStack | None,
+           log: Any, estimator: Any, keep_row_tokens: bool, hold_lock: bool,
            position_schedule: str = "ready") -> dict[str, Any]:
-    """train()'s body; ``held``: where rank 0 enters the folder's lock (released when train returns), or None."""
-    import trl
+    """train()'s guards and run folder (core's run lifecycle: rank 0 holds the folder's lock until it returns)."""
     from accelerate import PartialState
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
 
     from twinrun.backends.compiled import world_size
     from twinrun.backends.trl.compile import compile_spec
-    from twinrun.backends.trl.environment import SessionBroker, check_tool_surface, dataset_row
-    from twinrun.backends.trl.records import (
-        RunRecorder,
-        check_resolved_config,
-        export_checkpoint,
-        last_complete_checkpoint,
-        truncate_records,
-        write_resolved_config,
-    )
-    from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
-    from twinrun.core.advantages import estimator_config
-    from twinrun.core.curation import CurationRuntime
-    from twinrun.core.records import RunPaths, guard_run_dir, provenance
-    from twinrun.core.rewards.composite import token_counter
-    from twinrun.core.records.run_dir import restart_line, start_run_dir
-    from twinrun.core.records.lock import check_unlocked, folder_lock
-    from twinrun.core.records.tracking import step_reporter
-    from twinrun.models.warmstart import final_tool_result, resolve_curator_model
+    from twinrun.backends.trl.records import TRL_LOG, last_complete_checkpoint, refuse_changed_config
+    from twinrun.core.records import RunPaths
+    from twinrun.core.records.lifecycle import run_lifecycle
+    from twinrun.models.warmstart import resolve_curator_model
 
     t_start = time.perf_counter()
     paths = RunPaths(Path(out_dir))
     compiled = compile_spec(spec)
-    kwargs = dict(compiled.config)
     updates_per_step = int(compiled.counts["optimizer_updates"])
-    spec_yaml = _spec_yaml(spec)
     # several processes (torchrun / accelerate launch): one world of the spec's size; rank 0 alone writes the run
     # folder (spec, records, checkpoints), the others wait for it and read it
     state = PartialState(cpu=spec.resources.gpus_per_node == 0)
     check_world(state.num_processes, world_size(spec))
     is_main = state.is_main_process
     # every guard (process count above, folder, backend, spec, resolved config below) runs before the first write
-    # into the run folder, so a refused resume leaves it byte for byte as it was
-    if is_main:
-        if held is not None:
-            check_unlocked(paths.root)  # another writer: refused before anything else is said or done
-        folder_state = guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl")
-        if folder_state == "restart":  # a failed start (no step completed): trained again from step 1
-            log(restart_line(paths, spec_yaml, "trl"))
-    else:  # the other ranks: a failed start has no complete checkpoint, so they find none either
-        folder_state = "resume" if resume else "new"
-    restart = folder_state == "restart"
+    # into the run folder, so a refused resume leaves it byte for byte as it was; rank 0 alone guards and writes
+    with run_lifecycle(paths, spec_yaml=_spec_yaml(spec), backend="trl", resume=resume, hold_lock=hold_lock,
+                       writer=is_main, log=log, compare=refuse_changed_config) as run:
+        # the other ranks: a failed start has no complete checkpoint, so they find none either
+        done, resume_from = (last_complete_checkpoint(paths, updates_per_step) if resume else None) or (0, None)
+        environ = dict(os.environ)
+        with state.main_process_first():  # rank 0 builds a missing tiny curator; the others then find it
+            model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
+        config, resolved = grpo_config(dict(compiled.config), paths, model_path)
+        run.guard(resolved)  # the recorded resolved GRPOConfig, on resume (reads only)
+        if run.finished(done, spec.steps):
+            return {"steps": done, "checkpoints": _checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
+        run.begin(resolved=resolved, keep_steps=done, extra=[paths.root / TRL_LOG])
+        if resume and is_main and not run.restart:  # one line, not one per rank
+            log(f"trl: resuming {paths.root} after step {done}" if resume_from else
+                f"trl: no complete checkpoint in {paths.root}; starting at step 1")
+        state.wait_for_everyone()
+        _fit(spec, paths, config, model_path, state, updates_per_step=updates_per_step, done=done, resume=resume,
+             resume_from=resume_from, environ=environ, data_root=data_root, log=log, estimator=estimator,
+             keep_row_tokens=keep_row_tokens, position_schedule=position_schedule)
+    wall = time.perf_counter() - t_start
+    steps = _checkpoint_steps(paths)
+    return {"steps": spec.steps, "checkpoints": steps, "wall_s": round(wall, 3),
+            "resumed_from": None if resume_from is None else int(resume_from.name.split("-")[1]) // updates_per_step}
 
-    resume_from: Path | None = None
-    done = 0  # steps already complete (a resume continues after them)
-    last = last_complete_checkpoint(paths, updates_per_step) if resume else None
-    if last:
-        done, resume_from = last
-    environ = dict(os.environ)
-    with state.main_process_first():  # rank 0 builds a missing tiny curator; the others then find it
-        model_path = resolve_curator_model(spec, cache_dir, data_root=data_root, environ=environ, log=log)
-    config, resolved = grpo_config(kwargs, paths, model_path)
-    if is_main:
-        check_resolved_config(paths, resolved, resume=resume and not restart)
-    if resume and done >= spec.steps:
-        if is_main:
-            log(f"trl: {paths.root} already holds all {spec.steps} steps; nothing to do")
-        return {"steps": done, "checkpoints": _checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
-    if is_main:  # the guards passed: the first writes, under the folder's lock
-        if held is not None:
-            held.enter_context(folder_lock(paths.root))
-            # again under the lock: another writer may have finished with the folder since
-            restart = guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="trl") == "restart"
-        start_run_dir(paths, spec_yaml=spec_yaml, backend="trl")
-        write_resolved_config(paths, resolved)
-        if resume or restart:
-            truncate_records(paths, done)
-    if resume and is_main and not restart:  # one line, not one per rank
-        log(f"trl: resuming {paths.root} after step {done}" if last else f"trl: no complete checkpoint in {paths.root}; starting at step 1")
-    state.wait_for_everyone()
+
+def _fit(spec: Any, paths: Any, config: Any, model_path: str, state: Any, *, updates_per_step: int, done: int,
+         resume: bool, resume_from: Path | None, environ: dict[str, str], data_root: str | Path | None, log: Any,
+         estimator: Any, keep_row_tokens: bool, position_schedule: str) -> None:
+    """The training itself, once the folder is begun: core's runtime, TRL's trainer, the neutral records."""
+    import trl
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+
+    from twinrun.backends.trl.environment import SessionBroker, check_tool_surface, dataset_row
+    from twinrun.backends.trl.records import RunRecorder, export_checkpoint
+    from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
+    from twinrun.core.advantages import estimator_config
+    from twinrun.core.curation import CurationRuntime
+    from twinrun.core.records import provenance
+    from twinrun.core.records.tracking import step_reporter
+    from twinrun.core.rewards.composite import token_counter
+    from twinrun.models.warmstart import final_tool_result
+
+    is_main = state.is_main_process
     with ExitStack() as closing:
         reporter = step_reporter(spec, "trl", paths.root, log=log, enabled=is_main,
                                  resume_after=done if resume else None)
@@ -206,10 +192,6 @@ def _train(spec: Any, out_dir: str | Path, resume: bool, cache_dir: str | Path |
 
             allow_indexed_cpu_locations()
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    wall = time.perf_counter() - t_start
-    steps = _checkpoint_steps(paths)
-    return {"steps": spec.steps, "checkpoints": steps, "wall_s": round(wall, 3),
-            "resumed_from": None if resume_from is None else int(resume_from.name.split("-")[1]) // updates_per_step}
 
 
 def grpo_config(kwargs: dict[str, Any], paths: Any, model_path: str) -> tuple[Any, dict[str, Any]]:
@@ -236,13 +218,11 @@ def preflight(spec: Any, out_dir: str | Path, *, resume: bool, cache_dir: str | 
     OMP_NUM_THREADS=1 while the other ranks wait). Writes nothing into the run folder. The resolved GRPOConfig is
     compared by rank 0 (still before any write): GRPOConfig derives some values (generation_batch_size) from the
     world size, which this one process does not have."""
-    from twinrun.core.records import RunPaths, guard_run_dir
-    from twinrun.core.records.lock import check_unlocked
+    from twinrun.core.records import RunPaths
+    from twinrun.core.records.lifecycle import RunLifecycle
     from twinrun.models.warmstart import resolve_curator_model
 
-    paths = RunPaths(Path(out_dir))
-    check_unlocked(paths.root)
-    guard_run_dir(paths, spec_yaml=_spec_yaml(spec), resume=resume, backend="trl")
+    RunLifecycle(RunPaths(Path(out_dir)), _spec_yaml(spec), "trl", resume).guard()  # reads only
     resolve_curator_model(spec, cache_dir, data_root=data_root, environ=dict(os.environ), log=log)
 
 

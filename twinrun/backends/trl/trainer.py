@@ -9,7 +9,8 @@ What it changes, and nothing else:
    reward, core's ``compute_advantages`` replaces TRL's advantages: rewards, group ids and per-position data are
    gathered from every process first (TRL normalises over the gathered batch too), then the local slice is taken.
    grpo / dr_grpo / rloo give one advantage per rollout ``(B,)``; gigpo gives ``(B, T)``: each curator turn's
-   tokens carry that position's ``A^E + omega A^S`` (spans from the tool mask, see :mod:`.token_advantages`).
+   tokens carry that position's ``A^E + omega A^S`` (spans from the tool mask, see
+   :mod:`twinrun.core.advantages.token_advantages`).
 3. The curation records of the batch (rollouts.jsonl, episodes.jsonl) and per-step rollout statistics are
    handed to a recorder callback.
 
@@ -28,7 +29,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from twinrun.backends.trl.environment import SessionBroker
-from twinrun.backends.trl.token_advantages import model_segments, spread_advantages
+from twinrun.core.advantages.token_advantages import model_segments, spread_advantages
 from twinrun.core.advantages import EstimatorConfig, compute_advantages
 from twinrun.core.curation.context_shape import ids_digest, position_messages
 from twinrun.core.curation import CurationResult

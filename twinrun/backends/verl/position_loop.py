@@ -4,6 +4,7 @@ verl 0.9.1's TransferQueue path (``AgentLoopWorkerTQ._agent_loop_postprocess``) 
 ``AgentLoopOutput`` from an agent loop's ``run()`` and stores each as its own row, key ``{uid}_{session}_{i}``.
 One curation rollout (a verl trajectory, session = rollout index) therefore returns |G| rows:
 
+    core's walk_positions (core/curation/positions.py), verl supplying the turn:
     session.start()                                   (position 1 played)
     for p = 1..|G|:
         prompt  = core's messages for position p       (context_shape.session_messages: chi_p and a window of
@@ -33,7 +34,7 @@ from verl.utils.profiler import simple_timer
 from twinrun.backends.verl.estimators import RolloutTag, encode_uid
 from twinrun.backends.verl.loop_manager import TAG_FIELD
 from twinrun.backends.verl.names import MESSAGES_FIELD, ROW_TOKENS_KEY
-from twinrun.core.curation.context_shape import prompt_token_ids, session_messages
+from twinrun.core.curation.positions import position_prompt, walk_positions
 from twinrun.core.records import SequenceTokens
 
 
@@ -44,21 +45,18 @@ async def run_per_position(agent: Any, sampling_params: dict[str, Any], kwargs: 
     session = ctx.open_session(kwargs, rollout=rollout)
     tools = [ctx.tool_schema]
     keep = bool(agent.config.trainer.get(ROW_TOKENS_KEY, False))
-    limit = ctx.spec.curator.max_prompt_tokens
-    history = ctx.spec.curator.history
     running = asyncio.get_running_loop()
     metrics: dict[str, float] = {}
 
     def render() -> tuple[list[dict[str, str]], list[int]]:
-        messages = session_messages(session, ctx.system_prompt, history, limit=limit,
-                                    measure=lambda m: len(prompt_token_ids(agent.tokenizer, m, tools)))
-        return messages, prompt_token_ids(agent.tokenizer, messages, tools)
+        return position_prompt(session, agent.tokenizer, ctx.system_prompt, history=ctx.spec.curator.history,
+                               tools=tools, limit=ctx.spec.curator.max_prompt_tokens)
 
-    with simple_timer("tool_calls", metrics):
-        await session.astart()
     turns: list[tuple[list[dict[str, str]], list[int], list[int], list[float] | None]] = []
     versions: list[int] = []
-    for _ in range(session.size):
+
+    async def turn(p: int) -> str:
+        """verl's hook into core's position walk: one generation at position p, capped at the turn's tokens."""
         messages, ids = await running.run_in_executor(None, render)
         params = dict(sampling_params)
         params["max_tokens"] = ctx.max_turn_tokens
@@ -70,11 +68,9 @@ async def run_per_position(agent: Any, sampling_params: dict[str, Any], kwargs: 
         response = list(out.token_ids)[: ctx.max_turn_tokens]
         logprobs = list(out.log_probs)[: len(response)] if out.log_probs else None
         turns.append((messages, ids, response, logprobs))
-        text = agent.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-        with simple_timer("tool_calls", metrics):
-            await session.asubmit(text)
-    with simple_timer("tool_calls", metrics):
-        result = await session.afinish()
+        return agent.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+
+    result = await walk_positions(session, turn, timed=lambda: simple_timer("tool_calls", metrics))
     # the tokens verl trains on, one sequence per position (rollouts.jsonl; `twinrun parity` replays them)
     summary = ctx.summarize(result, sequences=[
         SequenceTokens(prompt_ids=list(ids), completion_ids=list(response), completion_mask=[1] * len(response))

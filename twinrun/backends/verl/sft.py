@@ -30,7 +30,7 @@ from typing import Any
 from twinrun.core.errors import TwinrunError
 from twinrun.core.records import JsonlWriter, atomic_write_json, provenance, read_jsonl
 from twinrun.core.sft.data import SFTStepMetrics
-from twinrun.backends.sft_plan import PreparedSFT, export_hf_checkpoint, prepare_sft, scheduled_lr, start_run_dir
+from twinrun.backends.sft_plan import PreparedSFT, export_hf_checkpoint, prepare_sft, scheduled_lr, sft_run_dir
 
 VERL_CONFIG_NAME = "sft_trainer_engine"
 
@@ -96,9 +96,14 @@ def train_sft(spec: Any, out: str | Path, *, resume: bool = False, cache_dir: st
     ``optimizer_state``: the last ``global_step_N`` folder). ``optimizer_from``: a previous run's
     ``optimizer_state`` whose AdamW moments and step counts this run continues (ROSE)."""
     out = Path(out).absolute()  # verl's child runs in another folder: every path it is handed must be absolute
-    work = out / "verl"
     prepared = prepared or prepare_sft(spec, cache_dir=cache_dir)
-    paths = start_run_dir(out, prepared, "verl", resume=resume)
+    with sft_run_dir(out, prepared, "verl", resume=resume) as paths:  # core's run lifecycle, locked until done
+        return _train_sft(spec, out, paths, prepared, timeout_s=timeout_s, optimizer_from=optimizer_from)
+
+
+def _train_sft(spec: Any, out: Path, paths: Any, prepared: PreparedSFT, *, timeout_s: float | None,
+               optimizer_from: str | Path | None) -> dict[str, Any]:
+    work = out / "verl"
     work.mkdir(parents=True, exist_ok=True)
     plan = prepared.plan
 

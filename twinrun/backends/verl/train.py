@@ -27,7 +27,6 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,9 +48,8 @@ from twinrun.backends.verl.names import (
 )
 from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
-from twinrun.core.records import RunPaths, atomic_write_text, guard_run_dir, read_jsonl
-from twinrun.core.records.run_dir import restart_line, start_run_dir
-from twinrun.core.records.lock import check_unlocked, folder_lock
+from twinrun.core.records import RunPaths, atomic_write_text, read_jsonl
+from twinrun.core.records.lifecycle import RunLifecycle, run_lifecycle, truncate_records
 from twinrun.core.advantages.step_health import MissingTurnsError
 from twinrun.core.records.tracking import step_reporter
 
@@ -98,7 +96,8 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     """Train the spec's curator under verl into ``out_dir`` (see the module docstring). Returns a small summary
     (steps trained, checkpoint steps, wall time, the step resumed after), as the TRL backend does.
     keep_row_tokens: rows.jsonl keeps each trained row's token ids and messages (tests; large).
-    hold_lock: hold the run folder's lock (core.run_lock) for the whole run; False only where the caller holds it."""
+    hold_lock: hold the run folder's lock (core's run lifecycle) for the whole run; False only where the caller
+    holds it."""
     from twinrun.backends.registry import check_dependencies
 
     check_dependencies("verl")
@@ -106,38 +105,30 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
     paths = RunPaths(Path(out_dir).resolve())
     dirs = VerlRunDirs(paths.root)
     spec_yaml = yaml.safe_dump(json.loads(spec.canonical_json()), sort_keys=False)  # the TRL backend's text
-    if hold_lock:
-        check_unlocked(paths.root)  # another writer: refused before anything else is said or done
     # the folder, backend and spec, before the warm start is built (minutes); the resolved config below
-    guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="verl")
-    model = resolve_curator(spec, cache_dir)
-    overrides = build_overrides(spec, paths, dirs, model)
-    if keep_row_tokens:
-        overrides[f"+trainer.{ROW_TOKENS_KEY}"] = True
-    resolved = resolved_config(spec, overrides)
+    with run_lifecycle(paths, spec_yaml=spec_yaml, backend="verl", resume=resume, hold_lock=hold_lock, log=log,
+                       compare=refuse_changed_config) as run:
+        model = resolve_curator(spec, cache_dir)
+        overrides = build_overrides(spec, paths, dirs, model)
+        if keep_row_tokens:
+            overrides[f"+trainer.{ROW_TOKENS_KEY}"] = True
+        resolved = resolved_config(spec, overrides)
+        run.guard(resolved)  # every guard, before the first write
+        done = _latest_shard_step(dirs) if run.resuming else 0  # verl resumes after its latest checkpoint
+        run.begin(resolved=resolved, keep_steps=done)  # under the lock: records past `done` dropped (run again)
+        for d in (dirs.verl, dirs.logs):
+            d.mkdir(parents=True, exist_ok=True)
+        if run.resuming:
+            _reconcile_resume(paths, dirs)
+        # the lock's descriptor is handed to verl's trainer, so the folder stays locked while any of it runs
+        return _train_locked(spec, paths, dirs, overrides, done, resume=run.resuming, log=log, lock_fd=run.lock_fd,
+                             t0=t0, run=run)
 
-    # every guard, before the first write
-    restart = _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume, create=False) == "restart"
-    if restart:  # a failed start (no step completed): trained again from step 1
-        log(restart_line(paths, spec_yaml, "verl"))
-    with folder_lock(paths.root) if hold_lock else nullcontext(None) as lock_fd:
-        # again under the lock: another writer may have finished with the folder since
-        restart = _prepare_run_dir(paths, dirs, spec_yaml, resolved, resume) == "restart"
-        if restart:
-            _truncate_records(paths, keep_steps_below=0)
-        return _train_locked(spec, paths, dirs, overrides, resolved, spec_yaml, resume=resume and not restart,
-                             log=log, lock_fd=lock_fd, t0=t0)
 
-
-def _train_locked(spec: Any, paths: RunPaths, dirs: VerlRunDirs, overrides: dict[str, Any], resolved: dict[str, Any],
-                  spec_yaml: str, *, resume: bool, log: Any, lock_fd: int | None, t0: float) -> dict[str, Any]:
-    """The run, once every guard passed and the folder's lock is held (``lock_fd``: handed to verl's trainer, so
-    the folder stays locked while any of it runs)."""
-    start_run_dir(paths, spec_yaml=spec_yaml, backend="verl")
-    atomic_write_text(paths.resolved_config, json.dumps(resolved, indent=2, sort_keys=True) + "\n")
-    done = _reconcile_resume(paths, dirs) if resume else 0
-    if done >= spec.steps:
-        log(f"verl: {paths.root} already holds all {spec.steps} steps; nothing to do")
+def _train_locked(spec: Any, paths: RunPaths, dirs: VerlRunDirs, overrides: dict[str, Any], done: int, *,
+                  resume: bool, log: Any, lock_fd: int | None, t0: float, run: Any) -> dict[str, Any]:
+    """The run, once every guard passed, the folder is begun and its lock is held."""
+    if run.finished(done, spec.steps):
         return {"steps": done, "checkpoints": checkpoint_steps(paths), "wall_s": 0.0, "resumed_from": done}
     write_dataset(spec, dirs.data)
     write_agent_loop_config(spec, paths, dirs)
@@ -159,21 +150,26 @@ def _train_locked(spec: Any, paths: RunPaths, dirs: VerlRunDirs, overrides: dict
     finally:
         reporter.close()
     if rc != 0:
-        gate = _gate_failure(run_log)
-        if gate:  # core's step gates (raised in the estimator) or an endpoint aborted the step
-            kind, message = gate
-            error = MissingTurnsError if kind == "MissingTurnsError" else InfrastructureError
-            # verl's estimator does not know the step; the step after the last one in metrics.jsonl is (as TRL says)
-            trained = [int(r["step"]) for r in read_jsonl(paths.metrics)] if paths.metrics.exists() else []
-            raise error(f"verl training stopped: step {max(trained, default=0) + 1}: {message} (log: {run_log}; "
-                        f"--resume continues after step {_latest_shard_step(dirs)})")
-        raise TwinrunError(
-            f"verl training: main_ppo exited with code {rc} (fix: see {run_log}; "
-            f"--resume continues after step {_latest_shard_step(dirs)})"
-        )
+        _raise_failure(paths, dirs, run_log, rc)
     _merge_missing(paths, dirs)
     return {"steps": spec.steps, "checkpoints": checkpoint_steps(paths), "wall_s": round(time.perf_counter() - t0, 3),
             "resumed_from": done if resume else None}
+
+
+def _raise_failure(paths: RunPaths, dirs: VerlRunDirs, run_log: Path, rc: int) -> None:
+    """verl's child exited non-zero: one line saying why (core's step gate, an endpoint, or verl) and where."""
+    gate = _gate_failure(run_log)
+    if gate:  # core's step gates (raised in the estimator) or an endpoint aborted the step
+        kind, message = gate
+        error = MissingTurnsError if kind == "MissingTurnsError" else InfrastructureError
+        # verl's estimator does not know the step; the step after the last one in metrics.jsonl is (as TRL says)
+        trained = [int(r["step"]) for r in read_jsonl(paths.metrics)] if paths.metrics.exists() else []
+        raise error(f"verl training stopped: step {max(trained, default=0) + 1}: {message} (log: {run_log}; "
+                    f"--resume continues after step {_latest_shard_step(dirs)})")
+    raise TwinrunError(
+        f"verl training: main_ppo exited with code {rc} (fix: see {run_log}; "
+        f"--resume continues after step {_latest_shard_step(dirs)})"
+    )
 
 
 def _gate_failure(log_path: Path) -> tuple[str, str] | None:
@@ -263,22 +259,22 @@ def resolved_config(spec: Any, overrides: dict[str, Any]) -> dict[str, Any]:
 
 def _prepare_run_dir(paths: RunPaths, dirs: VerlRunDirs, spec_yaml: str, resolved: dict[str, Any],
                      resume: bool, *, create: bool = True) -> str:
-    """Refuse to overwrite a run; on resume refuse another backend's run, a different spec or resolved config (as
-    the TRL backend), all before anything in the folder changes; then create verl's folders."""
-    state = guard_run_dir(paths, spec_yaml=spec_yaml, resume=resume, backend="verl")
-    if state == "resume":
-        cfg = paths.resolved_config
-        if cfg.exists():
-            old = json.loads(cfg.read_text(encoding="utf-8"))
-            if old != resolved:
-                raise TwinrunError(
-                    f"--resume: resolved verl config changed ({_first_difference(old, resolved)}; fix: resume with the "
-                    "same spec, twinrun and verl versions, or start a new --out)"
-                )
+    """Core's run-folder guard with verl's resolved config (reads only: another backend's run, a different spec or
+    resolved config are refused before anything in the folder changes); then create verl's folders."""
+    state = RunLifecycle(paths, spec_yaml, "verl", resume, hold_lock=False, compare=refuse_changed_config).guard(resolved)
     if create:
         for d in (paths.root, dirs.verl, dirs.logs):
             d.mkdir(parents=True, exist_ok=True)
     return state
+
+
+def refuse_changed_config(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """On resume (core's run lifecycle calls it), refuse a resolved config that differs from the recorded one."""
+    if old != new:
+        raise TwinrunError(
+            f"--resume: resolved verl config changed ({_first_difference(old, new)}; fix: resume with the "
+            "same spec, twinrun and verl versions, or start a new --out)"
+        )
 
 
 def _first_difference(old: Any, new: Any, prefix: str = "") -> str:
@@ -377,32 +373,19 @@ def _latest_shard_step(dirs: VerlRunDirs) -> int:
         return 0
 
 
-def _reconcile_resume(paths: RunPaths, dirs: VerlRunDirs) -> int:
-    """Drop records of steps after verl's latest checkpoint (they run again), merge checkpoints verl saved but
-    did not get to merge, remove half-written merges. Returns the step training resumes after."""
-    step = _latest_shard_step(dirs)
-    _truncate_records(paths, keep_steps_below=step)
+def _reconcile_resume(paths: RunPaths, dirs: VerlRunDirs) -> None:
+    """After core dropped the records of steps past verl's latest checkpoint (they run again): remove
+    half-written merges and merge checkpoints verl saved but did not get to merge."""
     if paths.checkpoints.exists():
         for tmp in paths.checkpoints.glob(".step-*"):
             shutil.rmtree(tmp, ignore_errors=True)
     _merge_missing(paths, dirs)
-    return step
 
 
 def _truncate_records(paths: RunPaths, keep_steps_below: int) -> None:
-    """Keep rollouts of task-group steps < keep_steps_below (0-based; verl's global step s trains step s-1's
-    groups) and the episode rows they own (written just before each rollout row, in the same order)."""
-    rollouts = list(read_jsonl(paths.rollouts))
-    kept = [r for r in rollouts if int(r.get("step", 0)) < keep_steps_below]
-    if paths.rows.exists():  # rows.jsonl counts verl's 1-based global step
-        atomic_write_text(paths.rows, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n"
-                                              for r in read_jsonl(paths.rows) if int(r["step"]) <= keep_steps_below))
-    if len(kept) == len(rollouts) and not paths.episodes.exists():
-        return
-    n_episodes = sum(int(r.get("executor_episodes", 0)) for r in kept)
-    episodes = list(read_jsonl(paths.episodes))[:n_episodes]
-    atomic_write_text(paths.rollouts, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in kept))
-    atomic_write_text(paths.episodes, "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in episodes))
+    """Core's truncation with verl's resume point: ``keep_steps_below`` = the latest checkpoint's step k (verl's
+    global step k trains task-group step k-1, so rollouts of steps < k are kept)."""
+    truncate_records(paths, keep_steps_below)
 
 
 def _merge_missing(paths: RunPaths, dirs: VerlRunDirs) -> None:

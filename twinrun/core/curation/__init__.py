@@ -1,7 +1,8 @@
 """Curation: one curation rollout over a task group, turn by turn (:mod:`.session`), the runtime every session of a
 process shares (:mod:`.runtime`: event loop, environment pool, executor, judge), the curator's prompts
 (:mod:`.prompts`), its tool call and parser (:mod:`.toolcalls`), what its policy input is made of
-(:mod:`.policy_input`) and how a position's context is rendered (:mod:`.context_shape`). The runtime imports the
+(:mod:`.policy_input`), how a position's context is rendered (:mod:`.context_shape`) and the position schedule
+both backends drive (:mod:`.positions`). The runtime imports the
 session, the session imports the prompts: one way. The names below are the package's public face.
 
 May import: errors, spec, records, envs, executors, skills, rewards, advantages.

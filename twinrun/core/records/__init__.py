@@ -2,9 +2,10 @@
 
 This module is the one import path for every record name; the pieces live by concept:
 :mod:`~twinrun.core.records.files` (atomic writes, JSONL writer/readers), :mod:`~twinrun.core.records.schemas`
-(provenance and row schemas), :mod:`~twinrun.core.records.run_dir` (a training run folder and its resume guard) and
-:mod:`~twinrun.core.records.lock` (one writer per folder). A step's curation metrics live with the advantages
-(:mod:`twinrun.core.advantages.step_metrics`).
+(provenance and row schemas), :mod:`~twinrun.core.records.run_dir` (a training run folder and its resume guard),
+:mod:`~twinrun.core.records.lock` (one writer per folder) and :mod:`~twinrun.core.records.lifecycle` (what every
+trainer does with its folder: guard, lock, resume point, truncation). A step's curation metrics live with the
+advantages (:mod:`twinrun.core.advantages.step_metrics`).
 
 May import: errors, spec.
 """

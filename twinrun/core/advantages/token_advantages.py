@@ -1,11 +1,12 @@
-"""Per-token advantages for TRL's multi-turn completions (pure numpy; GiGPO's per-position spans).
+"""Per-token advantages for a multi-turn completion (pure numpy; GiGPO's per-position spans): what TRL's
+accumulated shape trains on (backends/trl/trainer.py).
 
 A TRL tool-loop completion is one token sequence: the curator's turn 1, the tool result (chi_2, masked out by
 ``tool_mask``), turn 2, ... So the curator's turns are the maximal runs of loss-carrying tokens
 (``completion_mask * tool_mask == 1``). Segment ``r`` is the ``r``-th assistant message, and the broker logged which
 position each ``curate`` call of which segment applied to; core's
-:func:`~twinrun.core.curation.policy_input.segment_positions` maps segments to positions and this module turns that into a
-``(B, T)`` advantage.
+:func:`~twinrun.core.curation.policy_input.segment_positions` maps segments to positions and this module turns that
+into a ``(B, T)`` advantage.
 """
 
 from __future__ import annotations
