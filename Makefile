@@ -22,7 +22,7 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env alfworld-data demo learn controls test test-all test-slow test-fast test-kernels plan bench clean-demo
+.PHONY: env alfworld-data demo learn controls lint test test-all test-slow test-fast test-kernels plan bench clean-demo
 
 env: $(VENV)/.installed
 
@@ -58,7 +58,11 @@ controls: env alfworld-data
 	$(BIN)/python experiments/controls/controls.py --out $(CONTROLS_OUT)
 
 # exit status 5 = pytest collected nothing (a wrong path or marker): a failure here, not a pass
-test: env
+# the linter first (pyproject.toml [tool.ruff]: the rules the code keeps); a second, then the fast tier
+lint: env
+	@$(BIN)/ruff check --no-cache .
+
+test: env lint
 	@$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
