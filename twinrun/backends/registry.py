@@ -17,9 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from twinrun.core.advantages.presets import PRESETS, Preset
+from typing import TYPE_CHECKING
+
 from twinrun.core.errors import DependencyMissing, TwinrunError
 from twinrun.core.spec.base import register_backend_name, unregister_backend_name
+
+if TYPE_CHECKING:  # the presets module imports numpy and pandas: loaded only when a backend brings presets
+    from twinrun.core.advantages.presets import Preset
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,13 @@ BACKENDS: dict[str, BackendEntry] = {}
 
 def register(entry: BackendEntry) -> BackendEntry:
     """Add a backend: its name becomes a spec choice, its presets join core's table; every table built from
-    :data:`BACKENDS` shows it. Refused (one line) when its preset names no preset."""
-    for p in entry.presets:
-        PRESETS.setdefault(p.name, p)
-    if entry.preset and entry.preset not in PRESETS:
-        raise TwinrunError(f"backend {entry.name}: preset {entry.preset!r} is not an advantage preset (fix: one of "
-                           f"{', '.join(PRESETS)}, or bring it in presets=)")
+    :data:`BACKENDS` shows it. (Its ``preset`` is checked against core's table by tests/backends/
+    test_backend_contract.py, not here: this module stays cheap to import for every command.)"""
+    if entry.presets:
+        from twinrun.core.advantages.presets import PRESETS
+
+        for p in entry.presets:
+            PRESETS.setdefault(p.name, p)
     BACKENDS[entry.name] = entry
     register_backend_name(entry.name)
     return entry
@@ -92,8 +97,11 @@ def unregister(name: str) -> None:
     """Remove a backend registered in this process (tests)."""
     entry = BACKENDS.pop(name, None)
     unregister_backend_name(name)
-    for p in entry.presets if entry else ():
-        PRESETS.pop(p.name, None)
+    if entry and entry.presets:
+        from twinrun.core.advantages.presets import PRESETS
+
+        for p in entry.presets:
+            PRESETS.pop(p.name, None)
 
 
 _DEEPSPEED = "the accelerate launch's DeepSpeed ZeRO-3 (ACCELERATE_USE_DEEPSPEED)"
