@@ -1,7 +1,7 @@
 # twinrun: `make demo` runs the embedded default arm (experiments/smoke-cpu.yaml) end to end on CPU;
-# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the fast tier (every test not marked
-# slow, a few minutes: what a change is checked with), `make test-all` the whole suite (what .ci/run runs). All
-# create the one virtual environment first (docs/install.md).
+# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the linter (`make lint`: ruff)
+# and the fast tier (every test not marked slow, a few minutes: what a change is checked with), `make test-all`
+# the whole suite (what .ci/run runs). All create the one virtual environment first (docs/install.md).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
