@@ -1,7 +1,7 @@
 # twinrun: `make demo` runs the embedded default arm (experiments/smoke-cpu.yaml) end to end on CPU;
-# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the fast tier (every test not marked
-# slow, a few minutes: what a change is checked with), `make test-all` the whole suite (what .ci/run runs). All
-# create the one virtual environment first (docs/install.md).
+# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the linter (`make lint`: ruff)
+# and the fast tier (every test not marked slow, a few minutes: what a change is checked with), `make test-all`
+# the whole suite (what .ci/run runs). All create the one virtual environment first (docs/install.md).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -24,7 +24,7 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env alfworld-data demo learn controls test test-all test-slow test-fast test-vllm test-kernels plan bench clean-demo
+.PHONY: env alfworld-data demo learn controls lint test test-all test-slow test-fast test-vllm test-kernels plan bench clean-demo
 
 env: $(VENV)/.installed
 
@@ -67,7 +67,11 @@ controls: env alfworld-data
 	$(BIN)/python experiments/controls/controls.py --out $(CONTROLS_OUT)
 
 # exit status 5 = pytest collected nothing (a wrong path or marker): a failure here, not a pass
-test: env
+# the linter first (pyproject.toml [tool.ruff]: the rules the code keeps); a second, then the fast tier
+lint: env
+	@$(BIN)/ruff check --no-cache .
+
+test: env lint
 	@$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 

@@ -292,7 +292,7 @@ MIN_PARSE_RATE = 0.5
 @pytest.mark.parametrize("context", ["per_position", "accumulated"])
 def test_the_warm_started_curator_writes_curate_calls_on_held_out_inputs(context, smoke_spec_path, cache_dir,
                                                                          alfworld_data):
-    """The RL tests force the curator's turns (twinrun/testing/forced_turns.py); whether the warm start teaches the
+    """The RL tests force the curator's turns (twinrun/models/forced_turns.py); whether the warm start teaches the
     tiny model to call ``curate`` at all is checked here, on inputs its SFT never saw, over several seeds."""
     import os
 

@@ -10,15 +10,23 @@ import json
 
 from twinrun.app.environment.rows import Check
 
-# module -> (distribution, the install line a fix names)
+# module -> (distribution, the install line a fix names); each backend's own packages come from its registry entry
 INSTALL = {
     "vllm": ("vllm", "pip install -r requirements/gpu-lock.txt --no-deps (docs/cluster.md)"),
-    "flash_attn": ("flash-attn", "pip install flash-attn --no-build-isolation (docs/cluster.md)"),
-    "deepspeed": ("deepspeed", "pip install 'twinrun[cluster]'"),
     "ray": ("ray", "pip install 'twinrun[verl]'"),
     "alfworld": ("alfworld", "pip install 'twinrun[alfworld]'"),
     "scienceworld": ("scienceworld", "pip install 'twinrun[sciworld]'"),
 }
+
+
+def _install(module: str) -> tuple[str, str]:
+    from twinrun.backends import registry
+
+    for e in registry.BACKENDS.values():
+        for p in e.packages:
+            if p.module == module and (p.dist or p.fix):
+                return p.dist or module.replace("_", "-"), p.fix or f"pip install {module.replace('_', '-')}"
+    return INSTALL.get(module, (module.replace("_", "-"), f"pip install {module.replace('_', '-')}"))
 
 
 def _version(dist: str) -> str:
@@ -31,7 +39,7 @@ def _version(dist: str) -> str:
 def importable(module: str, why: str, load: bool = True) -> Check:
     """``module`` is installed and (``load``) imports. ``load=False`` only finds it: vLLM's import takes seconds,
     and the backend imports it within its first minute anyway."""
-    dist, fix = INSTALL.get(module, (module.replace("_", "-"), f"pip install {module.replace('_', '-')}"))
+    dist, fix = _install(module)
     name = f"import {module}"
     try:
         spec = importlib.util.find_spec(module)
@@ -52,18 +60,27 @@ def importable(module: str, why: str, load: bool = True) -> Check:
     return Check(name, f"{dist} {_version(dist)}", "ok")
 
 
+def _wanted(when: str, environ: dict[str, str], gpu: bool) -> bool:
+    if when.startswith("env:"):
+        return environ.get(when.removeprefix("env:"), "").lower() in ("1", "true", "yes")
+    return when == "always" or (when == "gpu" and gpu)
+
+
 def needed(spec, backends: list[str], environ: dict[str, str], *, gpu: bool, ray: bool) -> list[tuple[str, str, bool]]:
-    """(module, why, load) for what this command will import: vLLM and flash-attn on GPUs, DeepSpeed under an
-    accelerate DeepSpeed launch, Ray for verl or a Ray sweep, the environment's simulator."""
+    """(module, why, load) for what this command will import: vLLM on GPUs, each trained backend's own packages
+    (its registry entry: flash-attn for verl on GPUs, DeepSpeed under TRL's accelerate DeepSpeed launch, Ray for
+    verl), Ray for a Ray sweep, the environment's simulator."""
+    from twinrun.backends import registry
+
     out: list[tuple[str, str, bool]] = []
     if gpu:
         out.append(("vllm", "the curator's rollout on GPUs (both backends)", False))
-        if "verl" in backends:
-            out.append(("flash_attn", "verl's padding-free batches on GPUs (model.use_remove_padding)", True))
-    if "trl" in backends and environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true", "yes"):
-        out.append(("deepspeed", "the accelerate launch's DeepSpeed ZeRO-3 (ACCELERATE_USE_DEEPSPEED)", True))
-    if ray or "verl" in backends:
-        out.append(("ray", "verl's workers" if "verl" in backends else "the Ray sweep (--ray)", True))
+    for b in backends:
+        for p in registry.entry(b).packages if b in registry.BACKENDS else ():
+            if _wanted(p.when, environ, gpu) and p.module not in [m for m, _, _ in out]:
+                out.append((p.module, p.why, p.load))
+    if ray and "ray" not in [m for m, _, _ in out]:
+        out.append(("ray", "the Ray sweep (--ray)", True))
     env = getattr(getattr(spec, "environment", None), "name", None)
     if env in ("alfworld", "scienceworld"):
         out.append((env, f"environment.name: {env}", True))
