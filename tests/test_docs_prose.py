@@ -14,7 +14,7 @@ from twinrun.testing.doc_prose import MAX_WORDS, long_sentences, sentences
 GENERATED_PAGES = {"commands.md"}
 # sections another change is rewriting as this test lands (issue 50 rewrites findings.md's control sections): left
 # out by name until that rewrite is merged, then this entry goes (the test below fails if the heading disappears)
-PENDING_SECTIONS = {"findings.md": "What the committed rows say"}
+PENDING_SECTIONS: dict[str, str] = {}
 
 
 def _measured_text(page: Path) -> str:
@@ -77,9 +77,12 @@ def test_each_task_page_opens_with_what_the_reader_does_with_it(repo_root: Path)
 
     assert all(f"| **{v}** |" in compare for v in VERDICTS)
     findings = (docs / "findings.md").read_text(encoding="utf-8")
-    assert _opening(docs / "findings.md").split("\n\n")[1].startswith("**Takeaway:")
-    assert "| passed? |" in _opening(docs / "findings.md")
-    assert re.findall(r"^## (.+)$", findings, re.M)[-1] == "Provenance"  # provenance at the end
+    opening = _opening(docs / "findings.md")
+    assert "**The answer:" in opening.split("\n\n")[1]  # the takeaway, in the page's first paragraph
+    assert "| passes |" in opening
+    # provenance at the end, before only the generated block (analyse.py findings --write keeps that last)
+    assert re.findall(r"^## (.+)$", findings, re.M)[-2].startswith("Provenance")
+    assert re.findall(r"^## (.+)$", findings, re.M)[-1] == "The generated block"
 
 
 def test_the_glossary_is_the_reports_list_and_the_readme_links_it(repo_root: Path) -> None:
