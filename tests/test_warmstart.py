@@ -172,6 +172,7 @@ def test_warm_start_inserts_vary_in_relevance_under_the_stand_in_rule():
         assert max(scores) == 1.0 and min(scores) == 0.25 and len(set(scores)) >= 3, (task_type, scores)
 
 
+@pytest.mark.slow  # records the warm start's sessions twice
 @pytest.mark.alfworld
 def test_the_self_judge_s_error_changes_neither_the_warm_start_nor_what_it_is_taught_on(alfworld_data,
                                                                                       smoke_spec_path, tmp_path):
@@ -195,6 +196,7 @@ def test_the_self_judge_s_error_changes_neither_the_warm_start_nor_what_it_is_ta
     assert [t.inputs for t in taught] == [t.inputs for t in record_transcripts(clean, base, settings, environ=env)]
 
 
+@pytest.mark.slow  # BM25 over every held-out game of each type
 def test_warm_start_inserts_reach_the_executor_of_their_own_type(alfworld_data, smoke_spec_path):
     """Issue 17: every insert the warm start teaches is BM25-retrieved (the smoke arm's retrieval settings) for the
     real goals of its type's held-out games, else the stand-in's rule never sees it and a curator writing it earns
@@ -290,7 +292,7 @@ MIN_PARSE_RATE = 0.5
 @pytest.mark.parametrize("context", ["per_position", "accumulated"])
 def test_the_warm_started_curator_writes_curate_calls_on_held_out_inputs(context, smoke_spec_path, cache_dir,
                                                                          alfworld_data):
-    """The RL tests force the curator's turns (twinrun/testing/forced_turns.py); whether the warm start teaches the
+    """The RL tests force the curator's turns (twinrun/models/forced_turns.py); whether the warm start teaches the
     tiny model to call ``curate`` at all is checked here, on inputs its SFT never saw, over several seeds."""
     import os
 

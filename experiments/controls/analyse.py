@@ -12,6 +12,8 @@ Three jobs:
   same games under the same stream plans (:func:`add`).
 * ``python experiments/controls/analyse.py view NAME --to DIR`` writes one control as a sweep folder of its own,
   for ``twinrun compare DIR --baseline baseline`` (its full report).
+* ``python experiments/controls/analyse.py permutations NAME`` prints every relabelling of one control's runs with
+  its F, under each seed design that applies (the permutation check in docs/findings.md; permute.py).
 * ``python experiments/controls/analyse.py findings`` runs ``twinrun compare``'s own function on each control whose
   runs are all committed and prints the block docs/findings.md carries between its ``findings:start`` /
   ``findings:end`` markers; ``--write`` puts it there. tests/test_controls_findings.py recomputes the block from the
@@ -31,7 +33,12 @@ The controls (which runs each one holds):
   where lr / 10 did not);
 * ``positive-6``: the slow-rate positive control again, on the second machine, at six seeds per group;
 * ``machines``: verl seeds 0-2 against the same seeds trained on another machine, whose rebuilt warm start is
-  another model (the same algorithm: must not say "differ").
+  another model (the same algorithm: must not say "differ");
+* ``negative-unpaired``: TRL at seeds 10-12 against verl at seeds 20-22 (the same algorithm, seeds that do not pair:
+  the negative control whose null can fail, read under the independent design).
+
+Each control is read under its seed design (issue 50): paired where seed i of both groups shares the warm start,
+task-group order and stream plans, independent where it does not (CONTROLS' ``design``).
 
 What each control can decide and what a verdict would cost (the seed spread, the paper-shaped MDEs, the verdict
 budget) is in power.py beside this file.
@@ -50,37 +57,45 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "experiments" / "controls" / "data"
-FINDINGS = ROOT / "docs" / "findings.md"
-START, END = "<!-- findings:start (generated: experiments/controls/analyse.py findings --write) -->", "<!-- findings:end -->"
 
 
-def _load_power() -> Any:
-    """power.py beside this file, under a name of its own (this folder is not a package; no sys.path edit)."""
-    spec = importlib.util.spec_from_file_location("twinrun_controls_power", Path(__file__).with_name("power.py"))
+def _load(name: str) -> Any:
+    """A module beside this file (power.py, permute.py, block.py), under a name of its own (this folder is not a
+    package; no sys.path edit)."""
+    spec = importlib.util.spec_from_file_location(f"twinrun_controls_{name}", Path(__file__).with_name(f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-power = _load_power()
+power, permute, block = _load("power"), _load("permute"), _load("block")
+FINDINGS, START, END, figure_path, doc_block = block.FINDINGS, block.START, block.END, block.figure_path, block.doc_block
+_p = block._p
 
 CONTROLS: dict[str, dict[str, Any]] = {
     "first-seeds": {"runs": ["trl-s0", "verl-s0"], "truth": "same algorithm (one seed each: framework and seed "
                     "confounded)"},
-    "pilot": {"runs": ["trl-s0", "trl-s1", "verl-s0", "verl-s1"], "truth": "same algorithm"},
+    # "design": the seed design compare reads the framework verdict under (CompareSettings.seed_design, issue 50):
+    # paired where seed i of both groups shares the warm start, the task-group order and the stream plans (one
+    # machine, one warm-start cache, the same seed numbers); independent where a seed's start is not shared.
+    # "check": the readings the first budget mis-predicted (power 0.63 and 0.88 where the nested test missed):
+    # what each Monte Carlo predicts for them (power.design_check)
+    "pilot": {"runs": ["trl-s0", "trl-s1", "verl-s0", "verl-s1"], "truth": "same algorithm", "design": "paired"},
     "negative": {"runs": ["trl-s0", "trl-s1", "trl-s2", "verl-s0", "verl-s1", "verl-s2"], "truth": "same algorithm",
-                 "budget": "agree"},
+                 "budget": "agree", "design": "paired"},
     "positive": {"runs": ["trlslow-s0", "trlslow-s1", "trlslow-s2", "verl-s0", "verl-s1", "verl-s2"],
                  "truth": "shapes differ (lr / 10)",
                  # the slow group is TRL at lr / 10: named as its own group, so the verdict's label says which it is
-                 "groups": {f"trlslow-s{i}": ("trl-lr/10", i) for i in range(3)}, "budget": "differ"},
+                 "groups": {f"trlslow-s{i}": ("trl-lr/10", i) for i in range(3)}, "budget": "differ",
+                 "design": "paired"},
     "seeds": {"runs": ["trl-s0", "trl-s1", "trl-s2"], "truth": "same algorithm, same framework",
               "seed_spread": True},
     # the positive control grown toward the size its first reading's budget asked for (6 seeds per group, the same
     # 4 streams): five seeds per group are trained and swept; the sixth (verl-s5, trlslow-s5) was still running
     "positive-5": {"runs": [f"trlslow-s{i}" for i in range(5)] + [f"verl-s{i}" for i in range(5)],
                    "truth": "shapes differ (lr / 10)",
-                   "groups": {f"trlslow-s{i}": ("trl-lr/10", i) for i in range(5)}, "budget": "differ"},
+                   "groups": {f"trlslow-s{i}": ("trl-lr/10", i) for i in range(5)}, "budget": "differ",
+                   "design": "paired", "check": True},
     "seeds-verl": {"runs": [f"verl-s{i}" for i in range(5)], "truth": "same algorithm, same framework",
                    "seed_spread": True},
     # a construction a few hours of this machine resolve (lr / 10 changes the shape by less than the seeds' spread):
@@ -88,17 +103,26 @@ CONTROLS: dict[str, dict[str, Any]] = {
     # trained on the same machine (verl2: the warm start is each machine's rebuild, see "machines")
     "positive-broken": {"runs": [f"trlhigh-s{i}" for i in range(3)] + [f"verl2-s{i}" for i in range(3)],
                         "truth": "shapes differ (lr x 10 breaks the curator)",
-                        "groups": {f"trlhigh-s{i}": ("trl-lrx10", i) for i in range(3)}, "budget": "differ"},
+                        "groups": {f"trlhigh-s{i}": ("trl-lrx10", i) for i in range(3)}, "budget": "differ",
+                        "design": "paired"},
     # the slow-rate positive control again, all on the second machine (one warm start) and at six seeds per group,
     # at these 4 streams (positive-5's budget put it below 0.8 power: it asked for 8 streams at six seeds)
     "positive-6": {"runs": [f"trlslow2-s{i}" for i in range(6)] + [f"verl2-s{i}" for i in range(6)],
                    "truth": "shapes differ (lr / 10)",
-                   "groups": {f"trlslow2-s{i}": ("trl-lr/10", i) for i in range(6)}, "budget": "differ"},
+                   "groups": {f"trlslow2-s{i}": ("trl-lr/10", i) for i in range(6)}, "budget": "differ",
+                   "design": "paired", "check": True},
     # one framework, one spec, the same seeds, trained on two machines: the warm start is rebuilt from the same seed
-    # by each machine's cache, and another CPU's float rounding makes it another model (it samples other tokens)
+    # by each machine's cache, and another CPU's float rounding makes it another model (it samples other tokens).
+    # Read independent: seed i's runs share the task-group order and the stream plans but not the start, and the
+    # start is where a seed's profile comes from (checkpoint 1 of verl-s2: +28.4 pp; of verl2-s2: +3.9 pp)
     "machines": {"runs": [f"verl-s{i}" for i in range(3)] + [f"verl2-s{i}" for i in range(3)],
                  "truth": "same algorithm (the warm start rebuilt on another machine)",
-                 "groups": {f"verl2-s{i}": ("verl-rebuilt", i) for i in range(3)}},
+                 "groups": {f"verl2-s{i}": ("verl-rebuilt", i) for i in range(3)}, "design": "independent"},
+    # the negative control whose seeds do not pair (issue 50): TRL at seeds 10-12, verl at 20-22, one machine and
+    # warm-start cache; no seed's start, task-group order or executor seeds is shared across the frameworks, so
+    # the split-plot test (seeds nested in frameworks) is the right one and its null can fail
+    "negative-unpaired": {"runs": [f"trlu-s{i}" for i in (10, 11, 12)] + [f"verlu-s{i}" for i in (20, 21, 22)],
+                          "truth": "same algorithm (seeds that do not pair)", "design": "independent"},
 }
 # the fields of a sweep row that `twinrun compare` reads, plus what a reader of the rows wants to see per game
 ROW_FIELDS = ("kind", "arm", "sweep_id", "games_hash", "n_games", "game_id", "game_index", "task_type", "position",
@@ -235,20 +259,6 @@ def control_view(control: str, dst: Path, data: Path = DATA / "sweep") -> Path |
 # Findings
 
 
-def _pp(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:+.1f} pp"
-
-
-def _ci(ci: Any, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
-    if not ci or ci[0] is None:
-        return "–"
-    return "[" + ", ".join(fmt.format(scale * v) for v in ci) + "]"
-
-
-def _p(p: float | None) -> str:
-    return "–" if p is None else (f"{p:.3f}" if p >= 0.001 else "< 0.001")
-
-
 def cost(data: Path) -> dict[str, Any]:
     """Executor episodes and CPU wall time the control's rows took: the sweep's games (every row, the baseline's
     included) and each run's training steps (metrics.jsonl's step wall times)."""
@@ -265,29 +275,71 @@ def cost(data: Path) -> dict[str, Any]:
             "train_episodes": train_episodes, "train_s": train_s}
 
 
-def figure_path(name: str) -> Path:
-    """Where docs/findings.md's figure of a control is (compare's framework-curves plot of it)."""
-    return FINDINGS.parent / "img" / f"controls-{name}.png"
-
-
 def findings(data_root: Path = DATA, figures: bool = False) -> dict[str, Any]:
-    """Every committed control through compare (the report's own function and default settings); with figures,
-    each control that compares frameworks is drawn by compare's own plot to :func:`figure_path`."""
+    """Every committed control through compare (the report's own function and default settings, the control's
+    seed design); with figures, each control that compares frameworks is drawn by compare's own plot to
+    :func:`figure_path`. The budgets come last: their seed-profile model (power.seed_model) pools the seeds of
+    several controls."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="controls-") as tmp:
         for name in CONTROLS:
             data = control_view(name, Path(tmp) / name, data_root / "sweep")
             if data is not None:
                 out[name] = _control_findings(name, data, figures)
+    model = power.seed_model(out)
+    for name, c in out.items():
+        want, design = CONTROLS[name].get("budget"), CONTROLS[name].get("design", "independent")
+        c["budget"] = power.verdict_budget(c, want, model, design) if want else None
+        c["seed_model"] = None if model is None or not want else {
+            k: model[k] for k in ("sd_own", "sd_shared", "shared_share", "df_own", "df_shared", "runs", "groups",
+                                  "streams")} | {"cell_sd": model["cell_var"] ** 0.5}
+        c["check"] = power.design_check(c, want, model) if CONTROLS[name].get("check") and model else None
     return out
 
 
 def compare_control(name: str, data: Path) -> dict[str, Any]:
-    """compare's result for one control's sweep folder (a :func:`control_view`), its groups named."""
+    """compare's result for one control's sweep folder (a :func:`control_view`), its groups named, under its seed
+    design."""
     from twinrun.core.compare import CompareSettings, compare
 
     groups = tuple((run, fw, seed) for run, (fw, seed) in CONTROLS[name].get("groups", {}).items())
-    return compare([str(data)], "baseline", CompareSettings(groups=groups))
+    return compare([str(data)], "baseline", CompareSettings(groups=groups,
+                                                            seed_design=CONTROLS[name].get("design", "auto")))
+
+
+def group_matrices(c: dict[str, Any]) -> tuple[str, str, Any, Any, bool] | None:
+    """A two-group control's lift curves as matrices in seed order: (group a, group b, a[n_a, K], b[n_b, K],
+    whether the two groups hold the same seed numbers, so that row i of each is seed i); None otherwise."""
+    import numpy as np
+
+    groups = c.get("groups") or {}
+    if len(groups) != 2 or min(len(v) for v in groups.values()) < 2:
+        return None
+    fa, fb = sorted(groups)
+    order = {f: sorted(groups[f], key=lambda g: (g["seed"] is None, g["seed"])) for f in (fa, fb)}
+    ma, mb = (np.array([c["curves"][g["run"]]["lifts"] for g in order[f]], dtype=np.float64) for f in (fa, fb))
+    same = [g["seed"] for g in order[fa]] == [g["seed"] for g in order[fb]] and None not in [g["seed"] for g in order[fa]]
+    return fa, fb, ma, mb, same
+
+
+def readings(c: dict[str, Any]) -> dict[str, Any]:
+    """The framework test under each seed design that applies (independent always; paired where the groups hold the
+    same seeds): F, df, epsilon, p from shape's own functions, and the permutation check of each
+    (permute.check)."""
+    from twinrun.core.compare import shape
+
+    m = group_matrices(c)
+    if m is None:
+        return {}
+    fa, fb, ma, mb, same = m
+    out: dict[str, Any] = {}
+    for design in ("independent", "paired") if same else ("independent",):
+        an = shape.profile_anova({fa: ma, fb: mb}) if design == "independent" else shape.paired_profile_anova(ma, mb)
+        if an is not None:
+            out[design] = {k: an.get(k) for k in ("statistic", "df1", "df2", "epsilon", "p_value", "seed_sd",
+                                                  "pair_r_mean")}
+            out[design]["permutation"] = permute.check(ma, mb, design)
+    return out
 
 
 def _control_findings(name: str, data: Path, figure: bool = False) -> dict[str, Any]:
@@ -300,6 +352,7 @@ def _control_findings(name: str, data: Path, figure: bool = False) -> dict[str, 
     st, fw = res["streams"], res["frameworks"]
     c: dict[str, Any] = {
         "truth": CONTROLS[name]["truth"],
+        "seed_design": CONTROLS[name].get("design"),
         "runs": sorted(res["runs"]),
         "games_per_stream": st.get("games_per_stream"),
         "streams": (st.get("streams_per_cell") or {}).get("min"),
@@ -314,97 +367,49 @@ def _control_findings(name: str, data: Path, figure: bool = False) -> dict[str, 
         "baseline_rate": res["baseline"]["success_rate"],
         "cost": cost(data),
     }
+    c["readings"] = readings(c)  # first: the paper-shaped sizing takes the split-plot reading's seed SD
     c["paper"] = power.paper_shaped(c)
-    c["budget"] = power.verdict_budget(c, CONTROLS[name]["budget"]) if CONTROLS[name].get("budget") else None
     c["seed_spread"] = power.seed_spread(c) if CONTROLS[name].get("seed_spread") else None
     return c
 
 
 def render(f: dict[str, Any]) -> str:
-    """The markdown block docs/findings.md carries (every number in it comes from here)."""
-    lines = [START, ""]
-    for name, c in f.items():
-        lines.append(f"### {name}: {', '.join(c['runs'])} (truth: {c['truth']})")
-        lines.append("")
-        icc, blocks = c["icc"] or {}, c["blocks"] or {}
-        lines.append(f"- design: {c['streams']} streams x {c['games_per_stream']:.1f} measured games (mean) per checkpoint, streams "
-                     f"{c['design']}; baseline success {100 * c['baseline_rate']:.1f}%")
-        if icc:
-            lines.append(f"- stream correlation (ICC): {icc['estimate']:.3f} {_ci(icc['ci'], fmt='{:.3f}')}, "
-                         f"design effect {icc['deff']:.2f}")
-        if blocks:
-            lines.append(f"- share of the stream variance a run's stream block carries: {blocks['share']:.2f} "
-                         f"{_ci(blocks['ci'])}; error SD of a stream's lift {100 * blocks['sd_nested']:.1f} pp nested, "
-                         f"{100 * blocks['sd_blocked']:.1f} pp after the blocks")
-        for cmp in c["frameworks"]:
-            an = cmp.get("anova") or {}
-            head = (f"- framework verdict, {cmp['a']} ({cmp['seeds_a']} seed(s)) vs {cmp['b']} ({cmp['seeds_b']} seed(s)): "
-                    f"**{cmp.get('verdict') or 'none'}**")
-            if cmp.get("reason"):
-                head += f" (reason {cmp['reason']})"
-            lines.append(head)
-            if an:
-                lines.append(f"  - framework x checkpoint F {an['statistic']:.2f} on ({an['df1']}, {an['df2']}) df, "
-                             f"{an['epsilon_method']} epsilon {an['epsilon']:.2f}, p {_p(an['p_value'])}; seed SD of a "
-                             f"run's centred lift {100 * an['seed_sd']:.1f} pp")
-            if cmp.get("pearson") is not None:
-                eq = cmp.get("equivalence") or {}
-                lines.append(f"  - r of the mean curves {cmp['pearson']:.2f} {_ci(cmp.get('pearson_ci'))}; 90% band "
-                             f"half-width {100 * eq.get('half_width_max', float('nan')):.1f} pp against delta "
-                             f"{100 * eq.get('delta', float('nan')):.1f} pp")
-            if cmp.get("note"):
-                lines.append(f"  - {cmp['note']}")
-        if any(cmp.get("checkpoints") for cmp in c["frameworks"]):
-            rel = figure_path(name).relative_to(FINDINGS.parent).as_posix()
-            lines.append(f"- figure: ![{name}: each framework's seeds and mean curve; the difference of the centred "
-                         f"means with its 90% band]({rel})")
-        for p in c["pairs"]:
-            lines.append(f"- run pair {p['a']} vs {p['b']} ({p['relation'] or 'frameworks unknown'}): {p['verdict']}, "
-                         f"interaction p {_p(p['interaction_p'])}")
-        for run, cv in c["curves"].items():
-            lines.append(f"- {run}: lift by checkpoint " + ", ".join(
-                f"{k}: {_pp(v)}" for k, v in zip(cv["checkpoints"], cv["lifts"])))
-        ps = c.get("paper")
-        if ps:
-            fw = ", ".join(f"{n} seed{'s' if n > 1 else ''}: " + ("no test (seed and framework confounded)" if d is None
-                                                                 else f"{100 * d:.0f} pp")
-                           for n, d in ps["framework"].items())
-            lines.append(f"- a sweep shaped like the paper's ({power.PAPER['games']} games, one stream, {power.PAPER['checkpoints']} "
-                         f"checkpoints), at this rho and seed spread, detects at 80% power: a checkpoint's lift of "
-                         f"{100 * ps['lift']:.0f} pp {_ci(ps['lift_ci'], 100, '{:.0f}')} ({100 * ps['lift_independent']:.0f} "
-                         f"pp if its games were independent); a difference between two frameworks' centred curves at "
-                         f"one checkpoint of {fw} (seed SD of a run's centred lift {100 * ps['seed_sd']:.1f} pp here, "
-                         f"{100 * ps['seed_sd_own']:.1f} pp once this sweep's stream noise is taken out)")
-        sp = c.get("seed_spread")
-        if sp:
-            lines.append(f"- seed spread: SD of a run's centred lift between the {sp['runs']} seeds {100 * sp['sd']:.1f} pp "
-                         f"(pooled over checkpoints); a cell's stream noise {100 * sp['cell_noise_sd']:.1f} pp of it, the "
-                         f"seeds' own {100 * sp['sd_own']:.1f} pp")
-        ag = c.get("budget")
-        if ag:
-            reach = "; ".join(f"{r['seeds']} seeds per framework: " + (
-                f"{r['streams']} streams ({r['episodes']:,} sweep episodes, P {r['p']:.2f})"
-                if r["streams"] else f"not within {power.BUDGET_STREAMS[-1]} streams") for r in ag["rows"])
-            truth = ("both frameworks follow this control's mean centred curve" if ag["want"] == "agree"
-                     else "each group follows its own mean centred curve as measured")
-            margin = f" (margin +-{100 * ag['delta']:.0f} pp)" if ag["want"] == "agree" else ""
-            lines.append(f"- the budget at which the framework verdict says \"{ag['want']}\"{margin} with probability "
-                         f"{ag['power']:.1f} when {truth} (seeds' own SD {100 * ag['seed_sd_own']:.1f} pp, stream noise "
-                         f"as measured; {ag['draws']} draws through compare's decision, {c['games_per_stream']:.0f} "
-                         f"games per stream): {reach}; this control's own design ({ag['here']['seeds']} seeds, "
-                         f"{ag['here']['streams']} streams): P {ag['here']['p']:.2f}")
-        k = c["cost"]
-        lines.append(f"- cost: {k['sweep_episodes']:,} sweep episodes ({k['sweep_s'] / 60:.0f} min of game play), "
-                     f"{k['train_episodes']:,} training episodes ({k['train_s'] / 60:.0f} min of training steps)")
-        lines.append("")
-    lines.append(END)
-    return "\n".join(lines)
+    """The markdown block docs/findings.md carries (block.render)."""
+    return block.render(f, power)
 
 
-def doc_block(text: str) -> str | None:
-    if START not in text or END not in text:
-        return None
-    return text[text.index(START): text.index(END) + len(END)]
+def _print_permutations(name: str) -> int:
+    """Every labelling of one control's runs with its F, under each design that applies (permute.labellings)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = control_view(name, Path(tmp) / name)
+        if data is None:
+            print(f"{name}: not every run of it is committed under {DATA / 'sweep'} (fix: analyse.py compact "
+                  "--from the controls folder)", file=sys.stderr)
+            return 2
+        c = _control_findings(name, data)
+    m = group_matrices(c)
+    if m is None:
+        print(f"{name}: not two groups of >= 2 seeds: nothing to permute (fix: a control with a framework verdict)",
+              file=sys.stderr)
+        return 2
+    fa, fb, ma, mb, _ = m
+    runs = {f: [g["run"] for g in sorted(c["groups"][f], key=lambda g: (g["seed"] is None, g["seed"]))]
+            for f in (fa, fb)}
+    for design, rd in c["readings"].items():
+        rows = permute.labellings(ma, mb, design)
+        pc = rd["permutation"]
+        print(f"{name}, {design} design: {pc['n']} labellings; the true one's F {pc['statistic']:.4f} ranks "
+              f"{pc['rank']} of {pc['n']} (1 = largest F; permutation p {pc['p']:.3f})")
+        both = runs[fa] + runs[fb]
+        seeds = [g["seed"] for g in sorted(c["groups"][fa], key=lambda g: (g["seed"] is None, g["seed"]))]
+        for i, r in enumerate(rows):
+            if design == "paired":
+                what = "seeds whose two runs swap: " + (", ".join(str(seeds[j]) for j in r["moved"]) or "none")
+            else:  # the runs labelled fa in this split: the true ones less those moved out, plus those moved in
+                side = [x for j, x in enumerate(both) if (j < len(runs[fa])) != (j in r["moved"])]
+                what = f"labelled {fa}: " + ", ".join(side)
+            print(f"  F {r['statistic']:8.4f}  {what}{'  (the true labelling)' if i == 0 else ''}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -417,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("view", help="one control as a sweep folder of its own, for twinrun compare")
     v.add_argument("name", choices=list(CONTROLS))
     v.add_argument("--to", type=Path, required=True)
+    pm = sub.add_parser("permutations", help="every relabelling of one control's runs and its F (the permutation "
+                        "check in docs/findings.md)")
+    pm.add_argument("name", choices=list(CONTROLS))
     f = sub.add_parser("findings")
     f.add_argument("--write", action="store_true", help="put the block into docs/findings.md and draw its figures "
                    "(docs/img/controls-*.png)")
@@ -446,16 +454,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"{a.to}: the {a.name} control as a sweep folder (twinrun compare {a.to} --baseline baseline)")
         return 0
-    block = render(findings(figures=a.write))
+    if a.cmd == "permutations":
+        return _print_permutations(a.name)
+    text_block = render(findings(figures=a.write))
     if not a.write:
-        print(block)
+        print(text_block)
         return 0
     text = FINDINGS.read_text(encoding="utf-8")
     old = doc_block(text)
     if old is None:
         print(f"{FINDINGS}: no {START!r} ... {END!r} markers (fix: add them where the block goes)", file=sys.stderr)
         return 2
-    FINDINGS.write_text(text.replace(old, block), encoding="utf-8")
+    FINDINGS.write_text(text.replace(old, text_block), encoding="utf-8")
     print(f"wrote the findings block of {FINDINGS}")
     return 0
 

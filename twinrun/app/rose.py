@@ -20,19 +20,12 @@ to replay them): a round never trains on a silently smaller set.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from twinrun.core.errors import InfrastructureError, TwinrunError
-
-ROSE_TRAINERS = {
-    "trl": "twinrun.backends.trl.sft:train_sft",
-    "verl": "twinrun.backends.verl.sft:train_sft",
-}
-
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
@@ -97,8 +90,11 @@ def run_rose(spec: Any, backend: str, out: str | Path, *, cache_dir: Any = None,
     from twinrun.core.records import RunPaths
     from twinrun.core.records.lifecycle import run_lifecycle
 
-    if backend not in ROSE_TRAINERS:
-        raise TwinrunError(f"--backend: {backend!r} is not an SFT backend (fix: one of {', '.join(ROSE_TRAINERS)})")
+    from twinrun.backends import registry
+
+    if backend not in registry.names_with("sft"):
+        raise TwinrunError(f"--backend: {backend!r} is not an SFT backend (fix: one of "
+                           f"{', '.join(registry.names_with('sft'))})")
     out = Path(out)
     data_from = Path(data_from) if data_from is not None else None
     if data_from is not None and not (data_from / "rose.json").is_file():
@@ -110,8 +106,7 @@ def run_rose(spec: Any, backend: str, out: str | Path, *, cache_dir: Any = None,
     with run_lifecycle(RunPaths(out), spec_yaml=spec_yaml, backend=backend, resume=resume, log=say,
                        folder_guard=lambda: _guard(out, want, resume)) as run:
         run.begin(keep_steps=None, files={"rose.json": want})  # locked until every round is done
-        module, _, attr = ROSE_TRAINERS[backend].partition(":")
-        finished = _rounds(spec, backend, out, getattr(importlib.import_module(module), attr), cache_dir=cache_dir,
+        finished = _rounds(spec, backend, out, registry.sft_trainer(backend), cache_dir=cache_dir,
                            data_from=data_from, base_url=base_url, model=model, say=say, train_kw=train_kw)
     return {"backend": backend, "out": str(out), "rounds": finished}
 

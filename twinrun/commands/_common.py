@@ -19,6 +19,7 @@ def spec_from_cli(path: Path, sets: list[str]) -> ExperimentSpec:
     """The spec, with every model field that names a local folder made absolute (as ``--set`` would): verl's
     trainer and Ray workers load models from other working directories, where a relative folder reads as a hub
     id. The spec file's own folder and prompts are absolute already (load_spec)."""
+    import twinrun.backends.registry  # noqa: F401 - registers the backends a spec may name, before it is validated
     from twinrun.models.tiny import local_or_hub
 
     spec = load_spec(path, sets)

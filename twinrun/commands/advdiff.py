@@ -13,8 +13,9 @@ from typing import Optional
 
 import typer
 
+from twinrun.backends.registry import default_presets
 from twinrun.core.advantages import PRESETS
-from twinrun.core.advantages.advdiff import DEFAULT_PRESETS, AdvdiffResult, compute_table, load_rows, resolve_presets
+from twinrun.core.advantages.advdiff import AdvdiffResult, compute_table, load_rows, resolve_presets
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +23,7 @@ def register(app: typer.Typer) -> None:
     def advdiff(
         file: Path = typer.Argument(..., help="JSONL step rows: group, trajectory, step, reward (anchor, valid optional), or a run's rollouts.jsonl"),
         presets: str = typer.Option(
-            ",".join(DEFAULT_PRESETS), "--presets", help=f"comma-separated, from: {', '.join(PRESETS)}"
+            ",".join(default_presets()), "--presets", help=f"comma-separated, from: {', '.join(PRESETS)}"
         ),
         as_json: bool = typer.Option(False, "--json", help="print the rows/groups/presets JSON instead of tables"),
         plot: Optional[Path] = typer.Option(None, "--plot", help="write per-group advantages side by side (PNG)"),

@@ -14,8 +14,13 @@ def register(app: typer.Typer) -> None:
 def compare_cmd(
     inputs: list[Path] = typer.Argument(..., metavar="ARM_OR_SUMMARY...",
                                         help="sweep --out folders, arm .jsonl files, or one published-summary .csv"),
-    baseline: str = typer.Option(..., "--baseline", help="the baseline arm (per-game) or the run name of the "
-                                 "baseline rows (summary CSV)"),
+    baseline: str | None = typer.Option(None, "--baseline", help="the baseline arm (per-game) or the run name of "
+                                        "the baseline rows (summary CSV); not needed with --training or run folders"),
+    training: bool = typer.Option(False, "--training", help="only the runs' training curves (metrics.jsonl): a verdict "
+                                  "per step metric between frameworks, live on runs still training; inputs: sweep "
+                                  "folders, run folders or metrics .jsonl files (docs/compare.md, Training curves)"),
+    windows: int = typer.Option(8, "--windows", help="training curves: average the shared steps into at most this "
+                                "many windows"),
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON (docs/compare-json.md)"),
     out: Path | None = typer.Option(None, "--out", help="write compare.json, report.md and figures here (with "
                                      "--looks: looks.json and report.md's per-look table)"),
@@ -50,6 +55,10 @@ def compare_cmd(
                                           "sweep's arms carry more than one (or another than sweep.json's): the arms "
                                           "played on HASH are compared, the others left out and named in the report; "
                                           "without it such arms are refused (docs/compare.md)"),
+    seed_design: str = typer.Option("auto", "--seed-design", help="auto: seed i's runs pair across two groups "
+                                    "where they record the same seed and start under shared stream plans (tested "
+                                    "within seed), else seeds nested in groups; paired or independent force it "
+                                    "(docs/compare.md, Seeds pair)"),
     max_streams: int = typer.Option(64, "--max-streams", min=2, help="the most streams per arm that 'what would "
                                     "decide' may name (at the games per stream played, the protocol's)"),
     metrics: list[str] = typer.Option([], "--metrics", help="LABEL=PATH of a run's metrics.jsonl for the "
@@ -74,7 +83,17 @@ def compare_cmd(
                                family_map=tuple(_pairs(family_of, "--family-of", "NAME=GLOB", "trl='trl-*'")),
                                rho0=rho0, delta=delta / 100.0, groups=tuple(parse_groups(group)), across=across,
                                stream_icc=stream_icc, stream_design=stream_design, max_streams=max_streams,
-                               games_hash=games_hash)
+                               games_hash=games_hash, seed_design=seed_design)
+    from twinrun.core.compare.training_runs import is_run_folder, training_for_inputs
+
+    if training or (baseline is None and all(is_run_folder(p) for p in inputs)):
+        _training_only(inputs, settings, windows, out, as_json)
+        return
+    if baseline is None:
+        from twinrun.core.compare import CompareError
+
+        raise CompareError("--baseline: needed to compare checkpoint arms (fix: --baseline NAME, e.g. --baseline "
+                           "baseline; or --training for the runs' training curves alone)")
     if looks is not None:
         from twinrun.core.compare.looks import format_replay, replay_inputs
         from twinrun.core.compare.looks_report import check_out_dir, write_looks
@@ -92,6 +111,10 @@ def compare_cmd(
                 typer.echo(line)
         return
     result = compare(inputs, baseline, settings)
+    block = training_for_inputs(inputs, groups=settings.groups, alpha=alpha, level=level, n_windows=windows,
+                                seed_design=seed_design, required=False)
+    if block is not None:  # the sweep's runs' training curves beside their checkpoint curves
+        result["training"] = block
     report_path = None
     if out is not None:
         from twinrun.core.compare.report import metrics_for_sweeps, sweep_notes, write_report
@@ -101,7 +124,7 @@ def compare_cmd(
         runs_metrics.update(dict(_pairs(metrics, "--metrics", "LABEL=PATH", "trl=runs/trl/metrics.jsonl")))
         from twinrun.core.compare.looks_report import sequential_records
 
-        report_path = write_report(result, out, metrics=runs_metrics, notes=sweep_notes(inputs),
+        report_path = write_report(result, out, metrics=runs_metrics, provenance=sweep_notes(inputs),
                                    sequential=sequential_records(inputs))
     if track:
         from twinrun.core.compare.track_results import log_comparison, tracked_sweep
@@ -112,9 +135,27 @@ def compare_cmd(
     if as_json:
         print_json(result)
         return
-    from twinrun.core.compare.report import print_console
+    from twinrun.core.compare.console import print_console
 
     print_console(result, report_path)
+
+
+def _training_only(inputs: list[Path], settings: object, windows: int, out: Path | None, as_json: bool) -> None:
+    """compare --training (or run folders with no --baseline): the runs' step metrics, nothing else."""
+    from twinrun.commands._common import print_json
+    from twinrun.core.compare.training_report import console_lines, write_training_report
+    from twinrun.core.compare.training_runs import training_for_inputs
+
+    block = training_for_inputs(inputs, groups=settings.groups, alpha=settings.alpha, level=settings.level,
+                                n_windows=windows, seed_design=settings.seed_design)
+    if out is not None:
+        path = write_training_report(block, out)
+        typer.echo(f"wrote {path} and {out / 'compare.json'}", err=as_json)
+    if as_json:
+        print_json({"kind": "training", "training": block})
+        return
+    for line in console_lines(block):
+        typer.echo(line)
 
 
 def parse_looks(text: str) -> list[int]:

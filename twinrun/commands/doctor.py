@@ -48,8 +48,8 @@ def doctor(
     out: Path = typer.Option(Path("runs"), "--out", help="with --gpu: where the run's checkpoints will be written"),
     sets: list[str] = SetOption,
 ) -> None:
-    """Check the environment: framework versions against the pins, ALFWORLD_DATA, Java for ScienceWorld; with
-    --gpu SPEC, what that spec's GPU job needs (exit 1 when a check fails)."""
+    """Check the environment: framework versions against the pins, vLLM and its CPU workarounds, ALFWORLD_DATA,
+    Java for ScienceWorld; with --gpu SPEC, what that spec's GPU job needs (exit 1 when a check fails)."""
     if gpu is not None:
         _gpu_doctor(gpu, out, sets)
         return
@@ -72,6 +72,10 @@ def doctor(
         miss = missing_dependencies(name)
         t.add_row(f"backend {name}", "ready" if not miss else f"missing {', '.join(miss)}",
                   "ok" if not miss else f"pip install 'twinrun[{e.extra}]'")
+    from twinrun.app.environment.packages import vllm_cpu
+
+    for r in vllm_cpu():  # the CPU workarounds of docs/install.md ("vLLM on CPU"), each checked
+        t.add_row(r.name, r.found, r.status if r.status == "ok" else f"{r.status}: {r.why}")
     data = os.environ.get("ALFWORLD_DATA")
     has = bool(data) and Path(data, "json_2.1.1").is_dir()
     t.add_row("ALFWORLD_DATA", data or "-", "ok" if has else "set it to a folder with json_2.1.1/")

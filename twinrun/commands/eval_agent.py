@@ -82,16 +82,12 @@ def eval_agent(
 
     from twinrun.commands._common import print_json
     from twinrun.core.sft.agent_eval import (
-        EvalArm,
-        checkpoint_fingerprint,
         hf_generator,
         openai_generator,
-        pinned_games,
         run_agent_eval,
-        sample_games,
     )
     from twinrun.core.sft.agent_eval.runs import run_checkpoints
-    from twinrun.core.envs.scienceworld import ScienceWorldCatalog, SciWorldEnv
+    from twinrun.core.envs.scienceworld import SciWorldEnv
     from twinrun.models.tiny import resolve_model
 
     if not checkpoint and not base_url and not run:
@@ -144,6 +140,32 @@ def eval_agent(
     for d in skills:
         repos.append((d.name or "skills", str(d.resolve()), _load_skills(d, top_k)))
 
+    arms = _arms(models, repos)
+    games, what = _games(settings)
+    typer.echo(f"variations: {what}", err=True)
+    env = SciWorldEnv(gold_path=False)
+    prov = {"seed": settings.seed, "executor_settings_hash": settings.settings_hash()}
+    try:
+        summary = run_agent_eval(env, games, arms, settings, out, provenance_kw=prov,
+                                 progress=lambda m: typer.echo(m, err=True))
+    finally:
+        env.shutdown()
+    summary["variations"] = what
+    if as_json:
+        print_json(summary)
+    else:
+        typer.echo(f"variations: {what}")
+        typer.echo(summary["table"])
+        for g in summary["compare_groups"]:
+            base = next(a.name for a in arms if a.compare_group == g and a.role == "baseline")
+            typer.echo(f"compare: twinrun compare {out / 'compare' / g} --baseline {base}")
+
+
+def _arms(models: list[tuple[str, str, object, str | None, str | None]], repos: list[tuple[str, str, object]]
+          ) -> list[object]:
+    """One arm per model; with --skills, each model without and with every skill repo (its own compare group)."""
+    from twinrun.core.sft.agent_eval import EvalArm, checkpoint_fingerprint
+
     arms: list[EvalArm] = []
     for mi, (name, ck, gen, method, stage) in enumerate(models):
         fp = checkpoint_fingerprint(ck)
@@ -162,6 +184,13 @@ def eval_agent(
                                 skills=repo, skills_source=src, compare_group=name, role="checkpoint",
                                 run=f"with-skill:{name}", checkpoint_step=ri, checkpoint_hash=fp, method=method,
                                 stage=f"{stage} + {rname}" if stage else None, base=base))
+    return arms
+
+
+def _games(settings: object) -> tuple[list[object], str]:
+    """The test variations played (the pinned list, or drawn with the seed) and the line that says which."""
+    from twinrun.core.envs.scienceworld import ScienceWorldCatalog
+    from twinrun.core.sft.agent_eval import pinned_games, sample_games
 
     catalog = ScienceWorldCatalog(settings.split, tasks=settings.tasks)
     try:
@@ -173,23 +202,7 @@ def eval_agent(
                     "list)")
     finally:
         catalog.close()
-    typer.echo(f"variations: {what}", err=True)
-    env = SciWorldEnv(gold_path=False)
-    prov = {"seed": settings.seed, "executor_settings_hash": settings.settings_hash()}
-    try:
-        summary = run_agent_eval(env, games, arms, settings, out, provenance_kw=prov,
-                                 progress=lambda m: typer.echo(m, err=True))
-    finally:
-        env.shutdown()
-    summary["variations"] = what
-    if as_json:
-        print_json(summary)
-    else:
-        typer.echo(f"variations: {what}")
-        typer.echo(summary["table"])
-        for g in summary["compare_groups"]:
-            base = next(a.name for a in arms if a.compare_group == g and a.role == "baseline")
-            typer.echo(f"compare: twinrun compare {out / 'compare' / g} --baseline {base}")
+    return games, what
 
 
 def _load_skills(folder: Path, top_k: int) -> object:

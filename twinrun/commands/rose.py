@@ -34,11 +34,11 @@ def rose(
     cache: Path | None = CacheOption,
 ) -> None:
     """Online stitched SFT: student prefix, teacher continuation, SFT on the teacher's turns; round after round."""
-    from twinrun.backends.registry import check_dependencies
-    from twinrun.app.rose import ROSE_TRAINERS, run_rose
+    from twinrun.app.rose import run_rose
+    from twinrun.backends.registry import check_dependencies, names_with
 
-    if backend not in ROSE_TRAINERS:
-        raise TwinrunError(f"--backend: {backend!r} is not an SFT backend (fix: one of {', '.join(ROSE_TRAINERS)})")
+    if backend not in names_with("sft"):
+        raise TwinrunError(f"--backend: {backend!r} is not an SFT backend (fix: one of {', '.join(names_with('sft'))})")
     check_dependencies(backend)
     check_dependencies("trl")  # the shared tokenization and the student's generation need transformers
     spec = spec_from_cli(spec_path, sets)

@@ -107,25 +107,22 @@ def run(
     console.rule("compare and report")
     t0 = time.time()
     comparison = cmp.compare([sweep_dir], "baseline", cmp.CompareSettings())
+    line, rule = _executor_notes(spec)
     report_path = rep.write_report(comparison, out / "report", metrics={b: d / "metrics.jsonl" for b, d in run_dirs.items()},
-                                   title=f"twinrun: {spec.name}", notes=_executor_notes(spec))
+                                   title=f"twinrun: {spec.name}", notes=line, methods=rule,
+                                   provenance=rep.sweep_notes([sweep_dir]))
     if spec.tracking.backend != "none":
         log_comparison(comparison, out / "report", sweep_dir, log=say)
     timings["compare+report"] = time.time() - t0
 
-    console.rule("summary")
+    console.rule("summary")  # the report's first screen, then how the run went
+    from twinrun.core.compare.console import print_first_screen
+
+    print_first_screen(console, comparison, notes=tuple(line))
     console.print(f"held-out games per arm: {result.n_games}; arms: {len(result.arms)} ({result.streams} stream(s) each)")
-    for pair in comparison.get("pairs", []):
-        console.print(f"  {pair['a']} vs {pair['b']}: [bold]{pair['verdict']}[/]. {pair['explanation']}")
-    frameworks = comparison.get("frameworks") or {}
-    for c in frameworks.get("comparisons") or []:
-        if c.get("verdict"):
-            console.print(f"  framework {c['a']} vs {c['b']}: [bold]{c['verdict']}[/]. {c['explanation']}")
-    if frameworks.get("note"):
-        console.print(f"  [yellow]{frameworks['note']}[/]")
     for name, secs in timings.items():
         console.print(f"  {name}: {secs:.0f} s")
-    console.print(f"report: {report_path}")
+    console.print(f"report: {report_path} (and report.html beside it)")
 
 
 def parse_seeds(value: str | None) -> list[int]:
@@ -155,10 +152,12 @@ def seed_runs(spec_path: Path, sets: list[str], backends: list[str], seeds: list
     return [(f"{b}-s{s}", b, spec_from_cli(spec_path, [*sets, f"seed={s}"])) for s in seeds for b in backends]
 
 
-def _executor_notes(spec: Any) -> list[str]:
-    """What a scripted stand-in's numbers mean, stated in the report (issue 17)."""
+def _executor_notes(spec: Any) -> tuple[list[str], list[str]]:
+    """What a scripted stand-in's numbers mean (issue 17): one line for the report's first screen, and the rule
+    under its own heading in Methods (issue 52)."""
     if spec.executor.kind != "scripted":
-        return []
-    from twinrun.core.executors.skill_effect import stand_in_note
+        return [], []
+    from twinrun.core.executors.skill_effect import STAND_IN_HEADING, stand_in_line, stand_in_note
 
-    return [stand_in_note(spec.executor.expert_prob, spec.executor.skill_effect)]
+    return ([stand_in_line(spec.executor.skill_effect)],
+            [f"### {STAND_IN_HEADING}", stand_in_note(spec.executor.expert_prob, spec.executor.skill_effect)])

@@ -18,11 +18,6 @@ import typer
 from twinrun.commands._common import CacheOption, SetOption, cache_dir, print_json, spec_from_cli
 from twinrun.core.errors import TwinrunError
 
-SFT_TRAINERS = {
-    "trl": "twinrun.backends.trl.sft:train_sft",
-    "verl": "twinrun.backends.verl.sft:train_sft",
-}
-
 
 def register(app: typer.Typer) -> None:
     app.command("sft")(sft)
@@ -42,8 +37,6 @@ def sft(
     cache: Path | None = CacheOption,
 ) -> None:
     """Fine-tune on trajectories (loss on assistant replies only) under TRL or verl, from one spec."""
-    import importlib
-
     from twinrun.backends.registry import check_dependencies
     from twinrun.backends.sft_plan import SFT_BACKENDS, plan_without_data, prepare_sft, render_plan
 
@@ -79,8 +72,9 @@ def sft(
     from twinrun.app.environment import check_environment
 
     check_environment("sft", spec, out=out, backends=[backend])
-    module, _, attr = SFT_TRAINERS[backend].partition(":")
-    train = getattr(importlib.import_module(module), attr)
+    from twinrun.backends.registry import sft_trainer
+
+    train = sft_trainer(backend)
     prepared = prepare_sft(spec, cache_dir=cache_path)
     bad = prepared.plan.divergent_knobs()
     if bad:

@@ -111,7 +111,6 @@ def sweep_cmd(
     """Evaluate every checkpoint of each run on held-out games with streaming curation, plus a baseline arm."""
     from twinrun.commands._common import print_json, spec_from_cli
     from twinrun.core.sweeps import sweep as sw
-    from twinrun.models.curator_policy import hf_policy_factory
 
     if executor is not None:
         sets = [*sets, f"executor.model={executor}"]
@@ -149,25 +148,7 @@ def sweep_cmd(
                             "cuda with --ray, or --gpus without --ray)")
     sw.check_curator_dtype(out, sw.eval_dtype(spec, gpu=sw.on_gpu(device, gpu_ids)))  # another dtype: the same
     sw.check_curator_server(out, spec.sweep.curator_server)  # in process vs served: the same
-    if spec.sweep.curator_server and curator != "hf":
-        raise sw.SweepError(f"--curator: {curator!r} with sweep.curator_server: {spec.sweep.curator_server} (fix: drop "
-                            "--curator, or --set sweep.curator_server=null)")
-    if curator == "hf":  # every checkpoint loadable (headers, config, tokenizer) before the folder is written
-        check_checkpoint_files(spec, sw.parse_run_dirs(run_dirs), cache)
-    if spec.sweep.curator_server:  # served: the endpoints or the launcher checked before the folder is written
-        from twinrun.core.sweeps.served import CuratorServers
-        from twinrun.models.served_curator import served_policy_factory
-
-        servers = CuratorServers(spec, sw.parse_run_dirs(run_dirs), out)  # servers inherit the environment
-        servers.check()
-        factory = served_policy_factory(servers, cache_dir=cache_dir(cache))
-    elif curator == "hf":
-        def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
-            return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
-    elif curator == "no-ops":
-        factory = sw.no_ops_policy_factory
-    else:
-        raise sw.SweepError(f"--curator: {curator!r} is not a curator policy (fix: hf or no-ops)")
+    factory = _policy_factory(spec, run_dirs, out, curator=curator, cache=cache, device=device)
     # --json: stdout holds the summary alone (Ray's driver prints cluster events, e.g. a lost raylet, to stdout)
     if sequential:
         from twinrun.app.until_decided import sweep_until_decided
@@ -198,6 +179,42 @@ def sweep_cmd(
     if as_json:
         print_json(result.summary())
         return
+    _print_summary(spec, out, result)
+
+
+def _policy_factory(spec: object, run_dirs: list[str], out: Path, *, curator: str, cache: Path | None,
+                    device: str) -> object:
+    """The checkpoint curator each arm plays with: served (sweep.curator_server; its endpoints or launcher checked
+    before the folder is written), in process (``hf``) or the no-op stand-in."""
+    from twinrun.core.sweeps import sweep as sw
+    from twinrun.models.curator_policy import hf_policy_factory
+
+    if spec.sweep.curator_server and curator != "hf":
+        raise sw.SweepError(f"--curator: {curator!r} with sweep.curator_server: {spec.sweep.curator_server} (fix: drop "
+                            "--curator, or --set sweep.curator_server=null)")
+    if curator == "hf":  # every checkpoint loadable (headers, config, tokenizer) before the folder is written
+        check_checkpoint_files(spec, sw.parse_run_dirs(run_dirs), cache)
+    if spec.sweep.curator_server:  # served: the endpoints or the launcher checked before the folder is written
+        from twinrun.core.sweeps.served import CuratorServers
+        from twinrun.models.served_curator import served_policy_factory
+
+        servers = CuratorServers(spec, sw.parse_run_dirs(run_dirs), out)  # servers inherit the environment
+        servers.check()
+        return served_policy_factory(servers, cache_dir=cache_dir(cache))
+    if curator == "hf":
+        def factory(arm: sw.ArmPlan, spec_: object) -> sw.CuratorPolicy:
+            return hf_policy_factory(arm, spec_, cache_dir=cache_dir(cache), device=device)
+
+        return factory
+    if curator == "no-ops":
+        return sw.no_ops_policy_factory
+    raise sw.SweepError(f"--curator: {curator!r} is not a curator policy (fix: hf or no-ops)")
+
+
+def _print_summary(spec: object, out: Path, result: object) -> None:
+    """The sweep's console summary: its arms, what stopped, the next command."""
+    from twinrun.core.sweeps import sweep as sw
+
     typer.echo(f"sweep {result.sweep_id} (executor {sw.executor_name(spec)}): {len(result.arms)} arms x "
                f"{result.n_games} games in {out}" + (f" ({result.streams} streams per arm)" if result.streams > 1 else "")
                + (f"; every checkpoint evaluated at {result.curator_dtype}" if result.curator_dtype else ""))
@@ -207,6 +224,11 @@ def sweep_cmd(
                    + (f" (resumed after {a.resumed_from} games)" if a.resumed_from else "")
                    + (f" ({a.attempts} Ray attempts: a node or worker was lost)" if a.attempts > 1 else "")
                    + (f" ({a.stopped}; rerun the same command to resume)" if a.stopped else ""))
+    for game, why in result.excluded_games.items():
+        typer.echo(f"  left out of the split: {game}: {why}")
+    for game, why in result.kept_broken.items():
+        typer.echo(f"  kept in this folder's game list (planned before it was left out): {game}: {why}; its "
+                   "failed episodes are unmeasured (a new --out folder leaves it out)")
     stopped = [name for name, a in result.arms.items() if a.stopped]
     if stopped:
         typer.echo(f"sweep incomplete: {len(stopped)} arm(s) stopped when their curator server went away "

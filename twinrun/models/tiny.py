@@ -34,6 +34,13 @@ from twinrun.core.errors import DependencyMissing, TwinrunError
 
 TINY_QWEN3 = "tiny-qwen3"
 
+# The tiny curator's shape for vLLM's CPU backend (issue 51), a second shape beside the smoke arm's: head_dim 32
+# (64 / 2 heads; vLLM's CPU attention refuses head_dim 16, "Unsupported CPU attention configuration") and full
+# attention (the default's sliding window fails the CPU backend's block-size check on AVX2). The smoke arm keeps
+# its own shape, so the demo's numbers stay where they were measured; the vLLM tests build this one
+# (:func:`twinrun.models.warmstart.warm_started_tiny_curator` with ``shape=VLLM_SHAPE``).
+VLLM_SHAPE: dict[str, Any] = {"heads": 2, "kv_heads": 1, "sliding_window": None}
+
 # Bump when the build procedure changes in a way the arguments do not capture.
 _BUILDER_VERSION = 2
 

@@ -180,12 +180,15 @@ def warm_started_tiny_curator(
     environ: Mapping[str, str] | None = None,
     settings: WarmStartSettings | None = None,
     log: Callable[[str], None] | None = None,
+    shape: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Build (or reuse) the warm-started tiny curator for ``spec`` under ``cache_dir``; return its folder."""
+    """Build (or reuse) the warm-started tiny curator for ``spec`` under ``cache_dir``; return its folder.
+    ``shape``: :func:`build_tiny_qwen3` arguments of another base model (e.g. :data:`twinrun.models.tiny.VLLM_SHAPE`);
+    the base's folder name is part of the cache key, so each shape has its own warm start."""
     settings = settings or WarmStartSettings()
     say = log or (lambda _m: None)
     cache = Path(cache_dir)
-    base = build_tiny_qwen3(cache)
+    base = build_tiny_qwen3(cache, **dict(shape or {}))
     final = cache / f"{TINY_QWEN3}-warm-{warm_start_key(spec, base, settings)}"
     if (final / ".complete").is_file():
         return final

@@ -301,9 +301,11 @@ def _seeded_frameworks(truth_a: list[float], truth_b: list[float], *, seeds: int
 
 def test_framework_verdict_is_judged_against_seed_variation() -> None:
     shape = [0.0, 0.8, 0.3, -0.5, 0.6, 1.0, -0.3, 0.2]
-    st = CompareSettings(n_boot=500)
+    # these seeds are drawn independently per framework: read them as nested in frameworks (the split-plot)
+    st = CompareSettings(n_boot=500, seed_design="independent")
     same = compare_games(_seeded_frameworks(shape, shape, seeds=3, seed_sd=0.4, draw=1), "baseline", st)
     fw = same["frameworks"]
+    assert fw["comparisons"][0]["seed_design"]["design"] == "independent"
     assert not fw["confounded"] and fw["groups"]["trl"] == [{"run": f"trl-s{s}", "seed": s} for s in range(3)]
     (c,) = fw["comparisons"]
     assert c["seeds_a"] == c["seeds_b"] == 3 and len(c["seed_pairs"]) == 6 and len(c["framework_pairs"]) == 9
@@ -313,6 +315,12 @@ def test_framework_verdict_is_judged_against_seed_variation() -> None:
     opposite = compare_games(_seeded_frameworks(shape, [-s for s in shape], seeds=3, seed_sd=0.2, draw=1), "baseline", st)
     (c2,) = opposite["frameworks"]["comparisons"]
     assert c2["verdict"] == DIFFER and c2["anova"]["p_value"] < 0.01, c2["explanation"]
+    # auto pairs seed i of the two frameworks (same seed numbers, no start recorded): tested within seed
+    auto = compare_games(_seeded_frameworks(shape, shape, seeds=3, seed_sd=0.4, draw=1), "baseline",
+                         CompareSettings(n_boot=500))
+    (c3,) = auto["frameworks"]["comparisons"]
+    assert c3["seed_design"]["design"] == "paired" and "start not recorded" in c3["seed_design"]["why"]
+    assert c3["anova"]["df2"] == 2 * 7 and c3["verdict"] != DIFFER, c3["explanation"]
     single = compare_games(_seeded_frameworks(shape, shape, seeds=1, seed_sd=0.0, draw=1), "baseline", st)
     assert single["frameworks"]["confounded"] and single["frameworks"]["comparisons"][0]["verdict"] is None
     assert "confounded" in single["pairs"][0]["explanation"]

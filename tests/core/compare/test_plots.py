@@ -78,13 +78,22 @@ def test_lift_curves_tick_the_checkpoint_steps(result: dict, tmp_path: Path, mon
     assert ticks == steps and all(float(t).is_integer() for t in ticks)
 
 
-def test_report_states_notes_under_the_title(result: dict, tmp_path: Path) -> None:
-    from twinrun.core.executors.skill_effect import stand_in_note
+def test_report_states_a_stand_in_in_one_line_and_its_rule_under_methods(result: dict, tmp_path: Path) -> None:
+    """Issue 52: the first screen says in one line that the executor is a stand-in and links its rule, which is
+    stated in full under Methods and settings, in the heading the link names."""
+    from twinrun.core.compare.report_html import slug
+    from twinrun.core.executors.skill_effect import STAND_IN_HEADING, stand_in_line, stand_in_note
 
     note = stand_in_note(0.4, 0.6)
-    text = write_report(result, tmp_path / "r", notes=[note], title="t").read_text()
-    assert text.startswith("# t\n\n" + note + "\n\nSource:") and "0.4 + 0.6 x relevance" in note
-    assert "skill-blind" in stand_in_note(0.6, 0.0)
+    line = stand_in_line(0.6)
+    text = write_report(result, tmp_path / "r", notes=[line], methods=[f"### {STAND_IN_HEADING}", note],
+                        title="t").read_text()
+    first = text.split("\n## ", 1)[0]
+    assert line in first and note not in first and "0.4 + 0.6 x relevance" in note
+    methods = text.split("## Methods and settings", 1)[1].split("\n## ", 1)[0]
+    assert f"### {STAND_IN_HEADING}\n\n{note}" in methods
+    assert f"(#{slug(STAND_IN_HEADING, {})})" in line
+    assert "skill-blind" in stand_in_note(0.6, 0.0) and "skill-blind" in stand_in_line(0.0)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +108,8 @@ def seeded() -> dict:
     for arm in table.arms:
         if arm.run is not None:
             arm.framework, arm.seed = arm.run.split("-s")[0], int(arm.run.split("-s")[1])
-    return compare_games(table, "baseline", CompareSettings(n_boot=300))
+    # seeds drawn independently per framework: read as nested (the split-plot), not paired by seed number
+    return compare_games(table, "baseline", CompareSettings(n_boot=300, seed_design="independent"))
 
 
 def test_framework_band_is_the_centred_difference_of_the_means(seeded: dict) -> None:

@@ -45,6 +45,7 @@ def spec(smoke_spec_path):
     return load_spec(smoke_spec_path)
 
 
+@pytest.mark.slow  # curation rollouts and their no-skill replay on real games
 def test_the_replay_reproduces_every_position_that_retrieved_nothing(spec, alfworld_data, tmp_path):
     """The wiring of the seeds: a rollout whose curator wrote nothing plays exactly the no-skill replay, so the lift
     is 0 at every step and the check agrees everywhere; a replay under other seeds does not (the check can fail)."""
@@ -72,6 +73,7 @@ def test_the_replay_reproduces_every_position_that_retrieved_nothing(spec, alfwo
     assert agree < compared
 
 
+@pytest.mark.slow  # curation rollouts and their no-skill replay on real games
 def test_relevant_skills_show_a_positive_paired_lift(spec, alfworld_data):
     """With a relevant skill inserted at position 1 the stand-in plays the expert more often at positions 2..|G|:
     the paired lift over the same games without skills is positive (16 rollouts x 2 scored positions)."""

@@ -67,6 +67,7 @@ def device_recording_curator(seen: dict[str, tuple[str | None, str]]):
     return factory
 
 
+@pytest.mark.slow  # three checkpoints in waves of threads, each its own env worker process
 @pytest.mark.alfworld
 def test_local_gpus_give_each_checkpoint_its_own_gpu_in_waves(tmp_path: Path, smoke_spec_path: Path,
                                                              alfworld_data: Path) -> None:

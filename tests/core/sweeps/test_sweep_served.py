@@ -196,6 +196,7 @@ def test_a_server_killed_mid_arm_leaves_unmeasured_games_and_a_rerun_completes_t
     assert gone(pid_of(log))
 
 
+@pytest.mark.slow  # launches stand-in servers and interrupts the sweep
 @pytest.mark.alfworld  # ~8 s: one server start, one game
 def test_an_interrupted_sweep_stops_the_server_it_launched(
         tmp_path: Path, smoke_spec_path: Path, run_dir: Path, alfworld_data: Path, repo_root: Path) -> None:

@@ -164,6 +164,7 @@ def test_replicates_is_an_alias_of_two_streams_only_when_it_names_every_arm() ->
 # Real games
 
 
+@pytest.mark.slow  # two streams of four arms and a resume on real games
 @pytest.mark.alfworld
 def test_streams_play_their_own_order_and_seeds_from_an_empty_repo_and_resume(
         tmp_path: Path, smoke_spec_path: Path, run_dir: Path, alfworld_data: Path) -> None:

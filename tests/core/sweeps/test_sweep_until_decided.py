@@ -33,6 +33,7 @@ def test_plan_looks() -> None:
         plan_looks(1, 1)
 
 
+@pytest.mark.slow  # three looks of a sweep, a kill and a resume (the CLI test below keeps the wiring in the fast tier)
 def test_until_decided_runs_records_stops_and_resumes_after_a_kill(tmp_path: Path, smoke_spec_path: Path,
                                                                     run3: Path, alfworld_data: Path) -> None:
     from twinrun.app.until_decided import sweep_until_decided

@@ -11,9 +11,12 @@ The verdict is the gradient difference of the first optimizer update that moved 
 clipping, masks, advantages, on identical weights and data); later updates' gradient differences are reported (worst
 of them beside it), as is the weight difference after AdamW, but not judged: AdamW's ``g / (|g| + eps)`` turns fp32
 rounding of near-zero gradient coordinates into ~1e-3 of the update (DIVERGENCES B15), so from update 2 on the two
-trainers differentiate slightly different weights (measured 1.2e-4 on the smoke arm, against 6.9e-5 at update 1).
+trainers differentiate slightly different weights (the measured differences per arm: docs/measured.md, "parity").
 Later updates still fail the verdict when they differ by more than ``LATER_FACTOR * tol`` (a mini-batch or epoch
 difference shows there first).
+
+The pair is the registry's backends with a ``replay`` hook (backends/registry.py): the twin, TRL then verl, whose
+names the report's fields carry (``norm_trl``, ``norm_verl``).
 """
 
 from __future__ import annotations
@@ -32,9 +35,19 @@ from twinrun.core.records import RunPaths, atomic_write_text
 from twinrun.core.advantages.replay import check_replayable, describe, load_replay
 from twinrun.app.parity.weights import update_difference
 
-DEFAULT_TOL = 1e-4
+DEFAULT_TOL = 1e-4  # a choice: above the fp32 floor of one update, far below a real difference (docs/measured.md)
 LATER_FACTOR = 10  # updates after the first must stay within 10 x tol (they inherit the AdamW floor, B15)
-BACKENDS = ("trl", "verl")
+
+
+def parity_pair() -> tuple[str, ...]:
+    """The backends parity replays through, from the registry (those with a ``replay`` hook): exactly the twin."""
+    from twinrun.backends import registry
+
+    pair = registry.names_with("replay")
+    if pair != ("trl", "verl"):
+        raise TwinrunError(f"parity: the registry's replaying backends are {pair}, not the twin ('trl', 'verl') the "
+                           "report compares (fix: register a replay hook for trl and verl only)")
+    return pair
 
 
 def comparison_steps(spec: Any, recorded: int | None = None, most: int = 3) -> list[int]:
@@ -93,7 +106,7 @@ def run_parity(
         model = resolve_curator_model(spec, cache_dir, environ=dict(os.environ), log=log)
     log(f"parity: {spec.name}: replaying {describe(batches)} from {rollouts}")
     results: dict[str, dict[str, Any]] = {}
-    for name in BACKENDS:
+    for name in parity_pair():
         log(f"parity: {name} update")
         results[name] = registry.replayer(name)(spec, batches, model, out / name, save_after=save_after, log=log,
                                                 **({"timeout_s": verl_timeout_s} if name == "verl" else {}))
@@ -142,9 +155,9 @@ def compare(spec: Any, model: str | Path, results: dict[str, dict[str, Any]], sa
         "tol": tol,
         "grads": grads,
         "steps": per_step,
-        "updates": {b: results[b]["updates"] for b in BACKENDS},
-        "frameworks": {b: results[b].get("framework") for b in BACKENDS},
-        "wall_s": {b: results[b].get("wall_s") for b in BACKENDS},
+        "updates": {b: results[b]["updates"] for b in results},
+        "frameworks": {b: results[b].get("framework") for b in results},
+        "wall_s": {b: results[b].get("wall_s") for b in results},
         "rel_diff": first,
         "max_grad_rel_diff": worst,
         "max_weight_rel_diff": worst_weights,

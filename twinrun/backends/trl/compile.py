@@ -253,3 +253,16 @@ def _precision_knobs(kw: dict[str, Any]) -> dict[str, KnobSetting]:
             "the ZeRO-3 recipe saves DeepSpeed's bf16 module weights, not its fp32 master partitions (DIVERGENCES "
             "B19)" if on_gpu and kw.get("bf16") else None),
     }
+
+
+def structural_settings(spec: ExperimentSpec) -> dict[str, str]:
+    """TRL's spelling of `twinrun plan`'s structural rows (app/plan.py names and explains each; registry hook)."""
+    per_position = spec.curator.context == "per_position"
+    return {
+        "sample_unit": "rollout_func, num_generations = N x |G|" if per_position else "environment_factory tool loop",
+        "completion_overflow": "drops the overflowing tool result and stops",
+        "log_ratio_clamp": "none",
+        "loss_normaliser": "dr_grpo: sum / (batch x max_completion_length)",
+        "minibatch_composition": "shuffles the generation batch before splitting",
+        "kl_placement": "beta*KL inside each token's loss",
+    }

@@ -30,6 +30,14 @@ RESOLVED_CONFIG = "resolved_config.json"
 TRL_LOG = "trl_log.jsonl"
 # GRPOConfig keys that name places, not behaviour: not compared on --resume
 _PATH_KEYS = ("output_dir", "logging_dir")
+# StepMetrics field -> TRL's logged metric (the mean over the step's optimizer updates; registry: metrics)
+TRL_NAMES = {
+    "entropy": "entropy",
+    "kl": "kl",
+    "grad_norm": "grad_norm",
+    "clip_fraction": "clip_ratio/region_mean",
+    "completion_length_mean": "completions/mean_length",
+}
 
 
 def step_metrics(
@@ -62,11 +70,7 @@ def step_metrics(
     return base.model_copy(update={
         "tool_calls": tool_calls,
         "tool_failures": round(fail_freq * tool_calls) if fail_freq is not None else 0,
-        "entropy": mean_finite([x.get("entropy") for x in trl_logs]),
-        "kl": mean_finite([x.get("kl") for x in trl_logs]),
-        "grad_norm": mean_finite([x.get("grad_norm") for x in trl_logs]),
-        "clip_fraction": mean_finite([x.get("clip_ratio/region_mean") for x in trl_logs]),
-        "completion_length_mean": mean_finite([x.get("completions/mean_length") for x in trl_logs]),
+        **{field: mean_finite([x.get(name) for x in trl_logs]) for field, name in TRL_NAMES.items()},
         "wall_s": wall,
     })
 

@@ -69,10 +69,8 @@ def replay(
     from datasets import Dataset
     from safetensors.torch import save_file
     from torch.optim.optimizer import register_optimizer_step_pre_hook
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from twinrun.backends.trl.trainer import DecayEveryParameter
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -95,6 +93,35 @@ def replay(
                    for n, p in model.named_parameters()}, str(path))
         state["grads"][u] = str(path)
 
+    rollout_func, recorded_reward = _recorded_rollout(steps, updates_per_step)
+    ReplayGRPOTrainer, Observer = _observing_trainer(steps, updates_per_step, state, out, save_after, log)
+
+    # one dataset row per task group; TRL's sampler repeats it num_generations (N, or N x |G| per_position) times
+    rows = [{"prompt": r.group_id} for s in steps for r in s.rows[:: kwargs["num_generations"]]]
+    t0 = time.perf_counter()
+    trainer = ReplayGRPOTrainer(
+        model=str(model_path),
+        args=GRPOConfig(**kwargs),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        reward_funcs=[recorded_reward],
+        rollout_func=rollout_func,
+        callbacks=[Observer()],
+    )
+    state["model"] = trainer.model
+    hook = register_optimizer_step_pre_hook(save_grads)
+    try:
+        trainer.train()
+    finally:
+        hook.remove()
+    return {"backend": "trl", "framework": f"trl=={trl.__version__}", "updates": state["updates"],
+            "weights": state["weights"], "grads": state["grads"], "config": {k: v for k, v in kwargs.items() if k != "output_dir"},
+            "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def _recorded_rollout(steps: Sequence[ReplayStep], updates_per_step: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """TRL's rollout_func and reward over the recorded rows (no generation: the recorded tokens and rewards)."""
+
     def rollout_func(prompts: list[str], trainer: Any) -> dict[str, Any]:
         """TRL's rollout_func contract: the recorded rows of the step being generated, in TRL's order."""
         k = trainer.state.global_step // updates_per_step
@@ -114,6 +141,20 @@ def replay(
 
     def recorded_reward(prompts: Any, completions: Any, twinrun_reward: list[float | None], **_: Any) -> list[Any]:
         return list(twinrun_reward)
+
+    return rollout_func, recorded_reward
+
+
+def _observing_trainer(steps: Sequence[ReplayStep], updates_per_step: int, state: dict[str, Any], out: Path,
+                       save_after: Sequence[int], log: Callable[[str], None]) -> tuple[type, type]:
+    """(GRPOTrainer with core's recorded advantages and the log-ratio of each micro-batch noted, the callback that
+    notes each update and saves the weights after the compared steps)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    from twinrun.backends.trl.trainer import DecayEveryParameter
 
     class ReplayGRPOTrainer(DecayEveryParameter, GRPOTrainer):
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -166,27 +207,7 @@ def replay(
                           str(path))
                 state["weights"][g // updates_per_step] = str(path)
 
-    # one dataset row per task group; TRL's sampler repeats it num_generations (N, or N x |G| per_position) times
-    rows = [{"prompt": r.group_id} for s in steps for r in s.rows[:: kwargs["num_generations"]]]
-    t0 = time.perf_counter()
-    trainer = ReplayGRPOTrainer(
-        model=str(model_path),
-        args=GRPOConfig(**kwargs),
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        reward_funcs=[recorded_reward],
-        rollout_func=rollout_func,
-        callbacks=[Observer()],
-    )
-    state["model"] = trainer.model
-    hook = register_optimizer_step_pre_hook(save_grads)
-    try:
-        trainer.train()
-    finally:
-        hook.remove()
-    return {"backend": "trl", "framework": f"trl=={trl.__version__}", "updates": state["updates"],
-            "weights": state["weights"], "grads": state["grads"], "config": {k: v for k, v in kwargs.items() if k != "output_dir"},
-            "wall_s": round(time.perf_counter() - t0, 3)}
+    return ReplayGRPOTrainer, Observer
 
 
 def _fmt(v: Any) -> str:

@@ -181,7 +181,7 @@ def _fit(spec: Any, paths: Any, config: Any, model_path: str, state: Any, *, upd
                 **common, reward_funcs=[broker.reward_function()], environment_factory=broker.new_environment,
                 broker=broker, keep_row_tokens=keep_row_tokens,
             )
-        from twinrun.testing.forced_turns import forced_turns, install_forced_turns
+        from twinrun.models.forced_turns import forced_turns, install_forced_turns
 
         forced = forced_turns(model_path, tokenizer)  # a test stand-in's scripted turns; None for every real model
         if forced is not None:

@@ -116,8 +116,10 @@ class CuratorAgentLoop(AgentLoopBase):
                 results, reached = await ctx.dispatch(session, calls)
             turn_log.extend((turns - 1, p) for p in reached)
             iterations += 1
-            previous = list(messages)
+            # the turn's tokens are already in `ids` (merged above): the snapshot includes its message, so the merge
+            # renders only the tool results (as verl's ToolAgentLoop and TRL's suffix ids do; DIVERGENCES B20)
             messages.append(ctx.assistant_message(text, calls))
+            previous = list(messages)
             messages.extend(results)
             merged, new_mask, new_lp = await self.ct_merge_context_msg(
                 previous, messages, ids, mask, logprobs if logprobs else None, tools=tools

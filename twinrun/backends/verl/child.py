@@ -4,7 +4,6 @@ interrupt, SIGTERM or error in the parent."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager

@@ -346,3 +346,16 @@ def _precision_knobs(ov: dict[str, Any]) -> dict[str, KnobSetting]:
         "checkpoint_dtype": k(f"merged at model_dtype={master} (checkpoints.py; verl's merger would cast to bf16)",
                               master),
     }
+
+
+def structural_settings(spec: ExperimentSpec) -> dict[str, str]:
+    """verl's spelling of `twinrun plan`'s structural rows (app/plan.py names and explains each; registry hook)."""
+    per_position = spec.curator.context == "per_position"
+    return {
+        "sample_unit": "agent loop returns a list (TransferQueue)" if per_position else "curator agent loop",
+        "completion_overflow": "truncates the response",
+        "log_ratio_clamp": "clamp(logp-old, -20, 20)",
+        "loss_normaliser": "seq-mean-token-sum-norm: sum / max_len",
+        "minibatch_composition": "contiguous (balance_batch off)",
+        "kl_placement": "separate agg_loss over KL",
+    }

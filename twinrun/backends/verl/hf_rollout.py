@@ -47,7 +47,7 @@ def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float, top_k
 
     temperature 0 = greedy (log-prob under the raw logits). top_k <= 0 or None = off; top_p 1 = off. Filtering
     only restricts where the sample may land; the returned log-prob is the unfiltered tempered one (as the actor
-    recomputes it). ``forced``: a test stand-in's token (twinrun.testing.forced_turns), returned with its log-prob
+    recomputes it). ``forced``: a test stand-in's token (twinrun.models.forced_turns), returned with its log-prob
     instead of a sample."""
     logits = logits.float()
     if temperature is None or temperature <= 0:
@@ -83,7 +83,7 @@ class HFGenerationServer:
             model_path, dtype=torch.float32, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
         )
         self.model.eval()
-        from twinrun.testing.forced_turns import forced_turns
+        from twinrun.models.forced_turns import forced_turns
 
         self.forced = forced_turns(model_path)  # a test stand-in's scripted turns; None for every real model
         try:

@@ -116,6 +116,7 @@ def train(spec: Any, out_dir: str | Path, resume: bool = False, cache_dir: str |
         run.guard(resolved)  # every guard, before the first write
         done = _latest_shard_step(dirs) if run.resuming else 0  # verl resumes after its latest checkpoint
         run.begin(resolved=resolved, keep_steps=done)  # under the lock: records past `done` dropped (run again)
+        done = done if run.resuming else 0  # the guard under the lock has the last word (a restart starts at 1)
         for d in (dirs.verl, dirs.logs):
             d.mkdir(parents=True, exist_ok=True)
         if run.resuming:

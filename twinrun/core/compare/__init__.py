@@ -37,8 +37,9 @@ Modules: ``model`` (settings, tables), ``load`` (sweep arms, summary CSVs), ``st
 ``verdict`` (the rule), ``frameworks`` (seeds), ``games`` / ``summary`` (the two kinds of input), ``transfer``
 (across executors), ``render`` (JSON), ``synthetic`` (sweeps with a known truth, the planted cases).
 
-The report, its figures, the model card and what a tracker shows live here too (:mod:`.report`, :mod:`.plots`,
-:mod:`.card`, :mod:`.track_results`). May import: errors, spec, records, envs, executors, skills, rewards,
+The report, its figures, the model card and what a tracker shows live here too (:mod:`.report` with its first
+screen :mod:`.first_screen`, tables :mod:`.report_tables`, page :mod:`.report_html` and words :mod:`.glossary`;
+:mod:`.console`, :mod:`.plots`, :mod:`.card`, :mod:`.track_results`). May import: errors, spec, records, envs, executors, skills, rewards,
 advantages, curation, sweeps.
 """
 

@@ -61,6 +61,19 @@ def baseline_streams(arms: list[ArmInfo], baseline: str) -> list[int]:
             if a.name == baseline or (a.role == "baseline" and a.run is None and a.name.split("#r")[0] == baseline)]
 
 
+def _plans(table: GameTable) -> tuple[bool | None, str]:
+    """Did every arm play stream r under one plan (a condition for seeds to pair across groups)? Crossed streams:
+    yes; one stream per arm: every arm played the sweep's own order with stream 0's seeds; no sweep.json: not
+    recorded; otherwise the manifest's reason."""
+    if table.crossed:
+        return True, table.crossed_why
+    if table.crossed_why == "one stream per arm":
+        return True, "one stream per arm: every arm played the sweep's own order and seeds"
+    if not table.crossed_why or table.crossed_why.startswith("no sweep.json"):
+        return None, "no sweep.json beside the arm files"
+    return False, table.crossed_why
+
+
 def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) -> Analysis:
     base_rows = baseline_streams(table.arms, baseline)
     y = table.outcomes
@@ -317,7 +330,7 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
                      "ci": [blo, bhi]},
         "families": families.summary(reps, fams, adj, settings),
         "arms": arm_rows, "stream_arms": stream_rows, "runs": runs, "pairs": pairs,
-        "frameworks": frameworks.analyse(curves, pairs, settings), "flags": flags, "skipped": [],
+        "frameworks": frameworks.analyse(curves, pairs, settings, plans=_plans(table)), "flags": flags, "skipped": [],
     }
     if not stream_mode:
         result["skipped"].append("between-stream variance and the intra-stream correlation: one stream per arm "

@@ -108,6 +108,12 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool, games_hash: 
         t.crossed, t.crossed_why = crossed_from_manifest(manifests.get(sweep), reps, positions)
         if stream_design == "crossed":
             t.crossed, t.crossed_why = stated_crossing(t, manifests.get(sweep), positions)
+        # each run's start as the sweep recorded it (sweep.json arms' run_start; absent in older sweeps): seeds
+        # pair across groups only from one start (frameworks.seed_pairing)
+        starts = {a.get("arm"): a.get("run_start") for a in (manifests.get(sweep) or {}).get("arms") or []
+                  if isinstance(a, dict)}
+        for a in t.arms:
+            a.run_start = starts.get(a.name)
         tables.append(t)
     return sorted(tables, key=lambda t: (t.executor or "", t.sweep_id or ""))
 

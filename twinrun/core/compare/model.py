@@ -16,6 +16,7 @@ class CompareError(TwinrunError, ValueError):
 FAMILY_RULES = ("run", "all", "custom")
 AXES = ("executor",)
 STREAM_DESIGNS = ("auto", "nested", "crossed")
+SEED_DESIGNS = ("auto", "paired", "independent")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,11 @@ class CompareSettings:
     # what would decide varies the streams per arm at the games per stream played (the protocol's: a stream is the
     # held-out games in order through one repository, so its length is part of what is measured), up to this cap
     max_streams: int = 64
+    # how a framework (or group) contrast treats seeds: "auto" pairs seed i's runs across the two groups where their
+    # provenance says they pair (the same seed, the same start, shared stream plans: frameworks.seed_pairing) and
+    # tests within seed; "paired" forces that (every seed once in each group), "independent" the split-plot with
+    # seeds nested in groups (docs/compare.md, "Seeds pair")
+    seed_design: str = "auto"
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -82,6 +88,8 @@ class CompareSettings:
             raise CompareError(f"max_streams: {self.max_streams} (fix: 2 or more, e.g. 64)")
         if self.stream_design not in STREAM_DESIGNS:
             raise CompareError(f"stream_design: {self.stream_design!r} (fix: one of {', '.join(STREAM_DESIGNS)})")
+        if self.seed_design not in SEED_DESIGNS:
+            raise CompareError(f"seed_design: {self.seed_design!r} (fix: one of {', '.join(SEED_DESIGNS)})")
         if self.across is not None and self.across not in AXES:
             raise CompareError(f"across: {self.across!r} is not an axis compare knows (fix: one of {', '.join(AXES)})")
 
@@ -104,6 +112,9 @@ class ArmInfo:
     framework: str | None = None  # the run's backend (sweep provenance, summary column, or --group)
     seed: int | None = None  # the run's training seed (its spec's seed, from the training run's records)
     checkpoint_hash: str | None = None
+    # the run's start (the curator weights its first step trained from: sweep.json's run_start, the model its
+    # resolved config names); None: not recorded (older sweeps, published summaries)
+    run_start: str | None = None
     # published summaries only
     n: int | None = None
     successes: int | None = None

@@ -186,3 +186,50 @@ def profile_anova(curves: dict[str, np.ndarray]) -> dict[str, Any] | None:
             "and huynh-feldt",
             "epsilons": eps, "p_value": float(stats.f.sf(f_stat, df1 * e, df2 * e)),
             "p_uncorrected": float(stats.f.sf(f_stat, df1, df2)), "seed_sd": math.sqrt(ss_w / df2)}
+
+
+def paired_profile_anova(a: np.ndarray, b: np.ndarray) -> dict[str, Any] | None:
+    """Do two groups' checkpoint profiles differ, tested within seed? For runs that pair by seed (docs/compare.md,
+    "Seeds pair").
+
+    a[n, K], b[n, K]: row i of each is that group's run at paired seed i (shared checkpoints). A seed's own profile
+    (a start that is high or low at the first checkpoints and fades) is shared by its two runs and cancels in their
+    difference, so it must leave the error term too: each pair's difference of centred curves
+    d_i = cen(a_i) - cen(b_i) is a subject, and the checkpoint effect on d (the group x checkpoint interaction) is
+    tested against seed x checkpoint of d: F = [n sum_k dbar_k^2 / (K - 1)] / [sum_ik (d_ik - dbar_k)^2 /
+    ((n - 1)(K - 1))] (d's rows are centred, so no subject term is left). df multiplied by the mean of the
+    Greenhouse-Geisser and Huynh-Feldt epsilons of d's covariance (n subjects, one group), as in profile_anova.
+    With equal n this is the split-plot F with seeds as blocks crossed with the groups (the same F as the
+    group x checkpoint term against group x seed x checkpoint). Needs n >= 2, K >= 2. Returns profile_anova's keys
+    plus "design": "paired", "n_pairs", "pair_r" (per pair: Pearson r of the two runs' centred curves),
+    "pair_r_mean", "diff_sd" (sd of one pair's centred difference at a checkpoint, pooled; the mean difference has
+    sd diff_sd / sqrt(n)); seed_sd = diff_sd / sqrt(2), the per-run seed sd that is not shared by the pair (equal to
+    profile_anova's seed_sd when pairs do not correlate). None when n < 2, K < 2 or d has no spread.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"paired_profile_anova: a{a.shape} and b{b.shape} must be the same [n, K] shape")
+    n, k = a.shape
+    if n < 2 or k < 2:
+        return None
+    ca, cb = a - a.mean(axis=1, keepdims=True), b - b.mean(axis=1, keepdims=True)
+    d = ca - cb
+    dbar = d.mean(axis=0)
+    df1, df2 = k - 1, (n - 1) * (k - 1)
+    ss_c = n * float((dbar**2).sum())
+    resid = d - dbar
+    ss_e = float((resid**2).sum())
+    if ss_e <= 0:
+        return None
+    f_stat = (ss_c / df1) / (ss_e / df2)
+    eps = sphericity_epsilon(resid.T @ resid / (n - 1), n, 1)
+    e = eps["mean_gg_hf"]
+    pair_r = [float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else float("nan")
+              for x, y in zip(ca, cb)]
+    finite = [r for r in pair_r if np.isfinite(r)]
+    diff_sd = math.sqrt(ss_e / df2)
+    return {"statistic": f_stat, "df1": df1, "df2": df2, "epsilon": e,
+            "epsilon_method": "mean of greenhouse-geisser and huynh-feldt", "epsilons": eps,
+            "p_value": float(stats.f.sf(f_stat, df1 * e, df2 * e)), "p_uncorrected": float(stats.f.sf(f_stat, df1, df2)),
+            "seed_sd": diff_sd / math.sqrt(2.0), "diff_sd": diff_sd, "design": "paired", "n_pairs": n,
+            "pair_r": pair_r, "pair_r_mean": float(np.mean(finite)) if finite else None}

@@ -29,6 +29,7 @@ from typing import Any
 
 from twinrun.core.advantages.training_rows import RowScore, rollout_rows
 from twinrun.core.curation.context_shape import prompt_token_ids, session_messages
+from twinrun.core.curation.runtime import CurationRuntime
 from twinrun.core.curation.session import CurationResult, CurationSession
 from twinrun.core.curation.toolcalls import CURATE_TOOL
 from twinrun.core.envs.task_groups import TaskGroup

@@ -43,7 +43,8 @@ def print_warning(line: str) -> None:
 class OpenAIPolicy:
     """Chat completions against an OpenAI-compatible endpoint, with a concurrency bound shared by all episodes
     that use this object. Counters: `calls` (logical calls), `attempts` (HTTP requests), `retries_done`,
-    `failed_calls` (calls that exhausted their retries), `max_in_flight`.
+    `failed_calls` (calls that exhausted their retries), `max_in_flight`, `prompt_tokens` and `completion_tokens`
+    (the answers' ``usage``, summed).
 
     The client speaks the endpoint's JSON directly (POST /chat/completions): the openai SDK's request/response
     models cost ~3 ms of CPU per call, which at 128 calls in flight is most of a core. `http_client`:
@@ -116,6 +117,7 @@ class OpenAIPolicy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.calls = self.attempts = self.retries_done = self.failed_calls = 0
         self.in_flight = self.max_in_flight = 0
+        self.prompt_tokens = self.completion_tokens = 0  # the answers' usage, summed (0 when a server sends none)
 
     def _bind(self) -> None:
         loop = asyncio.get_running_loop()
@@ -208,9 +210,14 @@ class OpenAIPolicy:
                 raise Retry(reason)
             raise Fatal(reason)  # a malformed request does not get better by retrying
         try:
-            content = json.loads(text)["choices"][0]["message"].get("content")
+            answer = json.loads(text)
+            content = answer["choices"][0]["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
             raise Retry(f"malformed response ({type(e).__name__}: {text[:120]!r})") from e
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        if isinstance(usage, dict):  # what the server counted (its chat template's tokens, not twinrun's guess)
+            self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.completion_tokens += int(usage.get("completion_tokens") or 0)
         return content or ""
 
     async def complete(self, messages: list[dict[str, str]], **overrides: Any) -> str:

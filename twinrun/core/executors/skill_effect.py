@@ -144,3 +144,14 @@ def stand_in_note(expert_prob: float, skill_effect: float) -> str:
             "type's key terms (pick: take, put; look: take, use, lamp; clean, heat, cool: take, put and the verb and "
             "its tool; navigation words neutral). A lift here shows the harness sees a curator whose skills help "
             "this rule; it says nothing about SkillOS or an LLM executor.")
+
+
+STAND_IN_HEADING = "Executor: the scripted stand-in"
+
+
+def stand_in_line(skill_effect: float) -> str:
+    """The first screen's one line on a scripted executor, linking the rule (:func:`stand_in_note`, placed under
+    the report's heading STAND_IN_HEADING)."""
+    kind = "skill-sensitive by a stated rule" if skill_effect else "skill-blind"
+    return (f"**Executor: a scripted stand-in (no LLM), {kind}** ([the rule](#executor-the-scripted-stand-in)): "
+            "these numbers test the harness, not SkillOS.")

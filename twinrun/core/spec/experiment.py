@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from twinrun.core.spec.base import SPEC_VERSION, Backend, SpecError, _Strict
+from twinrun.core.spec.base import SPEC_VERSION, Backend, SpecError, _Strict, backend_names
 from twinrun.core.spec.origins import FieldOrigin, SpecOrigins
 from twinrun.core.spec.policy import (
     AlgorithmSpec, BatchSpec, ClipSpec, CurationSpec, CuratorSpec, EnvironmentSpec, ExecutorSpec, JudgeSpec, KLSpec,
@@ -46,6 +46,8 @@ class ExperimentSpec(_Strict):
     steps: int = Field(ge=1)
     checkpoint_every: int = Field(ge=1)
     seed: int = 0
+    # the twin the harness exists for; a registered third backend is named explicitly (the default stays part of
+    # every spec's hash, so registering one changes no spec)
     backends: list[Backend] = ["trl", "verl"]
     prompts: PromptsSpec
     sft: SFTSpec = SFTSpec()
@@ -66,7 +68,7 @@ class ExperimentSpec(_Strict):
                 "(fix: checkpoint_every <= steps, or no checkpoint but the last is written)"
             )
         if not self.backends:
-            raise ValueError("backends: [] is empty (fix: list trl, verl or both)")
+            raise ValueError(f"backends: [] is empty (fix: list {', '.join(backend_names()) or 'a backend'})")
         if len(set(self.backends)) != len(self.backends):
             raise ValueError(f"backends: {self.backends} has a duplicate (fix: list each backend once)")
         if self.judge.kind == "disabled" and self.reward.lambda_cnt is not None:

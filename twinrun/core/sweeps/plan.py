@@ -59,6 +59,9 @@ class ArmPlan:
     checkpoint_hash: str | None = None
     checkpoint_stat: str | None = None  # fingerprint of names, sizes, mtimes (when to re-hash)
     run_seed: int | None = None  # the training run's seed (its records' provenance, else its spec.yaml)
+    # the training run's start: the curator model its first step trained from, as its resolved config names it (the
+    # warm start's folder name, or a hub id); seeds pair across frameworks only from one start (docs/compare.md)
+    run_start: str | None = None
     # placement, rewritten each time the arm is started (docs/scale.md): the torch device its curator was loaded
     # on ("cpu", "cuda:3"; under Ray "cuda:0" of the GPUs Ray gave it), the physical GPU ids it was given (as
     # CUDA_VISIBLE_DEVICES says them; Ray: its GPU ids on `host`), the wave of a local --gpus sweep, the host
@@ -106,6 +109,9 @@ class SweepPlan:
     # sweep --until-decided (issue 41): the looks planned, each look taken (streams, levels, verdicts) and why it
     # stopped; None for a fixed sweep. Written by twinrun.core.sweeps.until_decided
     sequential: dict[str, Any] | None = None
+    # games left out of the split before the game list was drawn: game id -> why (envs.alfworld.EXCLUDED_GAMES);
+    # None: a manifest planned before exclusions existed (nothing left out; its list may hold such a game)
+    excluded_games: dict[str, str] | None = None
 
     @property
     def game_ids(self) -> list[str]:
@@ -351,6 +357,24 @@ def _run_identity(run_dir: Path) -> tuple[str | None, str | None, int | None]:
     return backend, spec_hash, seed
 
 
+def run_start(run_dir: Path) -> str | None:
+    """The model a training run started from, by name, from its resolved_config.json: TRL's
+    ``twinrun_curator_model``, verl's ``actor_rollout_ref.model.path`` override (a folder's name, e.g. the warm start
+    ``tiny-qwen3-warm-<key>``, or a hub id); None where the folder records neither. A name, not a weight hash: a warm
+    start rebuilt under the same key on another machine keeps its name (the pair r in compare then shows how
+    strongly such runs pair)."""
+    try:
+        data = json.loads(RunPaths(run_dir).resolved_config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    name = data.get("twinrun_curator_model") or (data.get("overrides") or {}).get("actor_rollout_ref.model.path")
+    if not isinstance(name, str) or not name:
+        return None
+    return Path(name).name if Path(name).is_absolute() else name
+
+
 def executor_name(spec: Any) -> str:
     """The executor a sweep plays with, by name: executor.model (``sweep --executor`` sets it), else its kind."""
     return str(spec.executor.model or spec.executor.kind)
@@ -412,13 +436,15 @@ def arm_name(run: str, step: int, replicate: int = 0) -> str:
 
 def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
                split: str, executor_settings_hash: str | None, streams: int = 1,
-               curator_dtype: str | None = None, curator_server: str | None = None) -> SweepPlan:
+               curator_dtype: str | None = None, curator_server: str | None = None,
+               excluded_games: Mapping[str, str] | None = None) -> SweepPlan:
     """Create the manifest, or extend an existing one with new arms (same spec, games, number of streams and
     evaluation dtype, else refused before anything is written).
 
     streams: replicate streams per arm; every checkpoint arm and the baseline gets replicates 0..streams-1;
     curator_dtype: the one dtype every checkpoint is loaded at (:func:`eval_dtype`); curator_server: how the
-    curators generate (sweep.curator_server; None: in process)."""
+    curators generate (sweep.curator_server; None: in process); excluded_games: games left out of the split
+    before `games` was drawn, with why (recorded in a new manifest; see sweep.split_exclusions)."""
     out = Path(out_dir)
     existing = check_streams(out, streams)
     if curator_dtype is not None:
@@ -448,6 +474,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             twinrun_version=twinrun_version(),
             streams=streams, stream_plans=[stream_plan(spec.seed, ids, r) for r in range(streams)],
             curator_dtype=curator_dtype, curator_server=curator_server,
+            excluded_games=dict(excluded_games or {}),
         )
     have = {a.arm: a for a in plan.arms}
 
@@ -472,6 +499,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
                 "point at the run folder that holds checkpoints/)"
             )
         backend, run_spec, run_seed = _run_identity(run_dir)
+        start = run_start(Path(run_dir))
         _check_run_shape(run_dir, spec)
         for step, path in ckpts:
             known = have.get(arm_name(run, step))
@@ -481,6 +509,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             for r in range(streams):
                 add(ArmPlan(arm=arm_name(run, step, r), role="checkpoint", replicate=r, run=run,
                             run_dir=str(Path(run_dir).resolve()), backend=backend, run_spec_hash=run_spec, run_seed=run_seed,
+                            run_start=start,
                             checkpoint_step=step, checkpoint_path=str(path.resolve()), checkpoint_hash=chash,
                             checkpoint_stat=stat))
     out.mkdir(parents=True, exist_ok=True)

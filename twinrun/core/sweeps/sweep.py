@@ -42,7 +42,7 @@ than the sweep's spec is refused.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +113,15 @@ class SweepResult:
     arms: dict[str, ArmOutcome]
     streams: int = 1
     curator_dtype: str | None = None
+    excluded_games: dict[str, str] = field(default_factory=dict)  # left out of the split: game id -> why
+    # known-broken games still in the list of a manifest planned before they were excluded: game id -> why
+    kept_broken: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         return {"out_dir": str(self.out_dir), "sweep_id": self.sweep_id, "n_games": self.n_games,
-                "streams": self.streams, "curator_dtype": self.curator_dtype, "arms": {k: asdict(v) for k, v in self.arms.items()}}
+                "streams": self.streams, "curator_dtype": self.curator_dtype,
+                "excluded_games": self.excluded_games, "kept_broken": self.kept_broken,
+                "arms": {k: asdict(v) for k, v in self.arms.items()}}
 
 
 def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], out_dir: str | Path, *,
@@ -147,7 +152,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
 
     env = spec.environment
     n_streams = spec.sweep.streams if streams is None else streams
-    check_streams(out_dir, n_streams)  # before the catalog is read: a wrong --streams fails in a second
+    existing = check_streams(out_dir, n_streams)  # before the catalog is read: a wrong --streams fails in a second
     if gpus and device == "cpu":
         device = "cuda"
     dtype = eval_dtype(spec, gpu=on_gpu(device, gpus))
@@ -165,6 +170,8 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     split = split or env.eval_split
     catalog = make_catalog(env.name, split, data_root=root, task_types=env.task_types)
     pool_games = [g for g in catalog.games() if not env.task_types or g.task_type in env.task_types]
+    excluded = split_exclusions(env.name, pool_games, existing)
+    pool_games = [g for g in pool_games if g.game_id not in excluded]
     games = select_games(pool_games, n_games if n_games is not None else env.eval_games, spec.seed)
     from twinrun.core.executors import ExecutorPrompts, executor_settings_hash
 
@@ -174,7 +181,8 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
         prompts = ExecutorPrompts.from_files(spec.prompt_path("executor_system"), spec.prompt_path("executor_input"))
         ex_hash = executor_settings_hash(spec.executor, prompts)
     plan = plan_sweep(spec, runs, out_dir, games=games, split=split, executor_settings_hash=ex_hash,
-                      streams=n_streams, curator_dtype=dtype, curator_server=spec.sweep.curator_server)
+                      streams=n_streams, curator_dtype=dtype, curator_server=spec.sweep.curator_server,
+                      excluded_games=excluded)
     unknown = sorted(set(arms or ()) - {a.arm for a in plan.arms})
     if unknown:
         raise SweepError(f"arms: {unknown[0]!r} is not an arm of this sweep (fix: one of {[a.arm for a in plan.arms]})")
@@ -191,7 +199,30 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     else:
         outcomes = _sweep_local(plan, todo, spec, out_dir, factory, workers, progress, environ, executor,
                                 device=device, gpus=list(gpus), batch=spec.sweep.batch_streams)
-    return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes, plan.streams or 1, plan.curator_dtype)
+    return SweepResult(Path(out_dir), plan.sweep_id, len(plan.games), outcomes, plan.streams or 1, plan.curator_dtype,
+                       excluded_games=dict(plan.excluded_games or {}), kept_broken=_kept_broken(env.name, plan))
+
+
+def split_exclusions(env_name: str, games: Sequence[Any], existing: SweepPlan | None) -> dict[str, str]:
+    """The games of a split a sweep leaves out before drawing its game list: game id -> why. A new sweep leaves out
+    every known-broken game (envs.alfworld.EXCLUDED_GAMES); a folder's existing manifest keeps what it left out
+    then (nothing, if planned before exclusions existed), so its game list and games_hash do not change."""
+    if existing is not None:
+        return dict(existing.excluded_games or {})
+    if env_name != "alfworld":
+        return {}
+    from twinrun.core.envs.alfworld import excluded_games
+
+    return excluded_games([g.game_id for g in games])
+
+
+def _kept_broken(env_name: str, plan: SweepPlan) -> dict[str, str]:
+    """Known-broken games in a manifest's list (one planned before they were excluded): game id -> why."""
+    if env_name != "alfworld":
+        return {}
+    from twinrun.core.envs.alfworld import excluded_games
+
+    return excluded_games(plan.game_ids)
 
 
 def _unit_workers(spec: Any, workers: int | None, concurrent: bool) -> int | None:

@@ -1,6 +1,8 @@
 """A test stand-in for the curator's sampling: forced turns, so a plumbing test does not depend on which tokens a
 tiny model samples (issue 34: torch picks other CPU kernels on other CPUs, the tiny curator then samples other
-tokens, and a test that needed one of its calls to apply goes red on one machine and green on another).
+tokens, and a test that needed one of its calls to apply goes red on one machine and green on another). It lives in
+models, not twinrun.testing: both backends' production paths look for it in the curator's folder, and production
+code imports no test helper.
 
 A *forced curator* is a model folder (a tiny Qwen3's weights, tokenizer and chat template, unchanged) that also
 holds :data:`FORCED_TURNS_FILE`: the text of each curator turn. Both backends generate with the real
