@@ -123,6 +123,11 @@ CONTROLS: dict[str, dict[str, Any]] = {
     # the split-plot test (seeds nested in frameworks) is the right one and its null can fail
     "negative-unpaired": {"runs": [f"trlu-s{i}" for i in (10, 11, 12)] + [f"verlu-s{i}" for i in (20, 21, 22)],
                           "truth": "same algorithm (seeds that do not pair)", "design": "independent"},
+    # the unpaired negative control the committed rows already hold, until trlu/verlu are trained: TRL at seeds 0-2
+    # against verl at seeds 3-4, all on the first machine and its warm-start cache (seed numbers no run of the other
+    # group has, so nothing pairs)
+    "negative-unpaired-committed": {"runs": [f"trl-s{i}" for i in range(3)] + [f"verl-s{i}" for i in (3, 4)],
+                                    "truth": "same algorithm (seeds that do not pair)", "design": "independent"},
 }
 # the fields of a sweep row that `twinrun compare` reads, plus what a reader of the rows wants to see per game
 ROW_FIELDS = ("kind", "arm", "sweep_id", "games_hash", "n_games", "game_id", "game_index", "task_type", "position",
