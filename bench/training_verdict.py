@@ -2,7 +2,7 @@
 (docs/compare.md, "Training curves"; rates in docs/measured.md).
 
 Each metric's noise is measured on the controls' same-algorithm runs at paired seeds (trl-sI vs verl-sI, I = 0-2,
-and verl-sI vs verl2-sI, I = 0-4; experiments/controls/data/sweep/metrics): a run's own deviation (half the
+and verl-sI vs verl2-sI, I = 0-4; experiments/controls/data/rows.jsonl.gz): a run's own deviation (half the
 variance of a pair's difference, its lag-1 autocorrelation) and a seed's profile shared by its two runs (the rest of
 the spread between seeds' mean curves, its autocorrelation), both AR(1) over steps around the metrics' mean curve.
 A planted run of group g at seed i is mean + seed profile_i (shared by both groups when seeds pair, its own per
@@ -19,6 +19,8 @@ step 5 (one group), read after 5, 6 and 8 steps (the live check): power and the 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +29,7 @@ import numpy as np
 from twinrun.core.compare import training as tr
 from twinrun.core.compare.training_runs import METRICS, read_run
 
-CONTROLS = Path(__file__).resolve().parent.parent / "experiments" / "controls" / "data" / "sweep" / "metrics"
+CONTROLS = Path(__file__).resolve().parent.parent / "experiments" / "controls"  # rows.py and data/rows.jsonl.gz
 PAIRS = [(f"trl-s{i}", f"verl-s{i}") for i in range(3)] + [(f"verl-s{i}", f"verl2-s{i}") for i in range(5)]
 FALL_STEP = 5
 
@@ -40,9 +42,19 @@ def _ar1_corr(x: np.ndarray) -> float:
     return float(np.clip(num / den, 0.0, 0.95)) if den > 0 else 0.0
 
 
+def _control_runs() -> dict[str, object]:
+    """The committed controls' runs by name, read from their rows rebuilt as a sweep folder (rows.py)."""
+    spec = importlib.util.spec_from_file_location("controls_rows", CONTROLS / "rows.py")
+    rows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        sweep = rows.unpack(Path(tmp) / "sweep")
+        return {f.stem: read_run(f) for f in sorted((sweep / "metrics").glob("*.jsonl"))}
+
+
 def measure_noise() -> dict[str, dict[str, object]]:
     """metric -> {"mean": [T], "run_sd", "run_rho", "seed_sd", "seed_rho"} from the controls' paired runs."""
-    runs = {f.stem: read_run(f) for f in CONTROLS.glob("*.jsonl")}
+    runs = _control_runs()
     out: dict[str, dict[str, object]] = {}
     for m in METRICS:
         a = np.array([runs[x].values[m] for x, _ in PAIRS])

@@ -86,3 +86,15 @@ def cache_dir(tmp_path_factory) -> Path:
     both backends' training tests. TWINRUN_TEST_CACHE keeps it between sessions (optional)."""
     keep = os.environ.get("TWINRUN_TEST_CACHE")
     return Path(keep) if keep else tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="session")
+def controls_sweep(tmp_path_factory) -> Path:
+    """The controls' committed rows (experiments/controls/data/rows.jsonl.gz) rebuilt once per session as the sweep
+    folder they were compacted from (sweep.json, arms/, metrics/), for the tests that read a folder."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("controls_rows", REPO / "experiments" / "controls" / "rows.py")
+    rows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rows)
+    return rows.unpack(tmp_path_factory.mktemp("controls") / "sweep")

@@ -1,6 +1,6 @@
 """docs/findings.md states what the real-training controls found (issue 40): its generated block must be what
-experiments/controls/analyse.py computes from the committed rows (experiments/controls/data/), through compare's own
-function. A change to compare that moves a finding turns this red; so does an edited number in the page."""
+experiments/controls/analyse.py computes from the committed rows (experiments/controls/data/rows.jsonl.gz),
+through compare's own function. A change to compare that moves a finding turns this red; so does an edited number in the page."""
 
 from __future__ import annotations
 
@@ -88,8 +88,8 @@ def test_streams_doc_worked_example_matches_the_control():
 
 
 def test_a_control_is_a_view_of_the_committed_folder_whole_or_not_at_all(tmp_path):
-    """Each row is committed once (experiments/controls/data/sweep); a control is cut from it with its runs and the
-    baseline only, and not at all when one of its runs is missing."""
+    """Each row is committed once (experiments/controls/data/rows.jsonl.gz); a control is cut from it with its runs
+    and the baseline only, and not at all when one of its runs is missing."""
     import json
 
     an = _analyse()
@@ -362,7 +362,7 @@ def test_the_prose_names_every_run_pair_verdict_the_block_states():
     assert fell["trlhigh-s1"] == fell["trlhigh-s2"] + 1  # "because seed 1 falls one checkpoint later"
 
 
-def test_the_controls_prose_numbers_are_the_blocks():
+def test_the_controls_prose_numbers_are_the_blocks(controls_sweep):
     """The controls one by one: each quoted verdict, F, p and curve fact is recomputed here."""
     import json
 
@@ -413,7 +413,7 @@ def test_the_controls_prose_numbers_are_the_blocks():
     fell = {r: next(k for k, v in zip(cv[r]["checkpoints"], cv[r]["lifts"]) if abs(v) < 0.005) for r in high}
     assert fell == {"trlhigh-s0": 4, "trlhigh-s1": 5, "trlhigh-s2": 4}
     assert all(abs(v) < 0.005 for r in high for k, v in zip(cv[r]["checkpoints"], cv[r]["lifts"]) if k >= fell[r])
-    arms = ROOT / "experiments" / "controls" / "data" / "sweep" / "arms"
+    arms = controls_sweep / "arms"  # the committed rows rebuilt as their sweep folder (conftest.py)
     for r in high:
         kept = [json.loads(ln).get("repo_skills") for k in range(fell[r], 9) for fl in arms.glob(f"{r}@{k}*.jsonl")
                 for ln in fl.read_text(encoding="utf-8").splitlines()]
@@ -522,18 +522,20 @@ def test_add_joins_later_runs_to_the_committed_blocks_or_refuses_before_writing(
 
     an = _analyse()
     src = _controls_folder(tmp_path / "src", "later", ["trl-s0", "trlhigh-s0"])
-    dst = tmp_path / "data" / "sweep"
-    an.compact(_controls_folder(tmp_path / "old", "first", ["trl-s0"]), dst)
-    before = _tree(dst)
+    committed = tmp_path / "data" / "rows.jsonl.gz"  # the committed rows: one file (issue 54), read as a folder
+    an.compact(_controls_folder(tmp_path / "old", "first", ["trl-s0"]), committed)
+    packed = committed.read_bytes()
+    before = _tree(an.rows.unpack(tmp_path / "before", committed))
     # another sweep seed gives other stream plans: refused, nothing written
     other = _controls_folder(tmp_path / "other", "later", ["trlhigh-s0"], seed=1)
     try:
-        an.add(other, dst)
+        an.add(other, committed)
         raise AssertionError("add took a sweep with other stream plans")
     except an.AddError as e:
         assert "seed, stream_plans" in str(e) and "first" in str(e)
-    assert _tree(dst) == before
-    assert an.add(src, dst) == ["trlhigh-s0"]  # trl-s0 is committed already: kept as it was
+    assert committed.read_bytes() == packed
+    assert an.add(src, committed) == ["trlhigh-s0"]  # trl-s0 is committed already: kept as it was
+    dst = an.rows.unpack(tmp_path / "after", committed)
     plan = json.loads((dst / "sweep.json").read_text(encoding="utf-8"))
     assert [a["arm"] for a in plan["arms"]] == ["baseline", "trl-s0@1", "trlhigh-s0@1"]
     assert plan["arms"][-1]["run_dir"] is None and plan["added"][0]["sweep_id"] == "later"
@@ -542,7 +544,8 @@ def test_add_joins_later_runs_to_the_committed_blocks_or_refuses_before_writing(
     assert {(r["sweep_id"], r["played_in"]) for r in rows} == {("first", "later")} and "curator_ops" not in rows[0]
     assert (dst / "arms" / "trl-s0@1.jsonl").read_bytes() == before["arms/trl-s0@1.jsonl"]
     assert (dst / "metrics" / "trlhigh-s0.jsonl").is_file()
-    assert an.add(src, dst) == []  # nothing new: nothing written
+    after = committed.read_bytes()
+    assert an.add(src, committed) == [] and committed.read_bytes() == after  # nothing new: nothing written
 
 
 def _module(name):

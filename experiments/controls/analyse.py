@@ -3,15 +3,19 @@
 Three jobs:
 
 * ``python experiments/controls/analyse.py compact --from runs/controls`` copies what the findings rest on out of a
-  controls folder (experiments/controls/controls.py) into one sweep folder, ``experiments/controls/data/sweep/``:
-  every run trained and fully swept (sweep.json with their arms and the baseline, one compact row per game: the
-  fields ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl
-  (``metrics/<run>.jsonl``). Each row is stored once (22 MB for 28 runs, 0.7 MB as a tar.gz: git stores them
-  compressed), committed beside the numbers it gives; the controls are views of it. ``compact --add --from DIR`` adds the runs of a later controls folder
-  (trained after the committed runs' checkpoints were gone) to it instead, when that folder's sweep played the
-  same games under the same stream plans (:func:`add`).
-* ``python experiments/controls/analyse.py view NAME --to DIR`` writes one control as a sweep folder of its own,
-  for ``twinrun compare DIR --baseline baseline`` (its full report).
+  controls folder (experiments/controls/controls.py) into one compressed file,
+  ``experiments/controls/data/rows.jsonl.gz`` (rows.py beside this file: its layout, and why JSONL.gz): every run
+  trained and fully swept (the sweep plan with their arms and the baseline, one compact row per game: the fields
+  ``twinrun compare`` reads, without curator ops and paths) and each run's metrics.jsonl rows. Each row is stored
+  once (28 runs: 0.56 MB, where the sweep folder it replaced was 929 files and 21 MB), committed beside the
+  numbers it gives; the controls are views of it. ``compact --add --from DIR`` adds the runs of a later controls
+  folder (trained after the committed runs' checkpoints were gone) to it instead, when that folder's sweep played
+  the same games under the same stream plans (:func:`add`). The same rows give the same bytes, and a file that
+  already holds them is left as it is.
+* ``python experiments/controls/analyse.py view --to DIR`` rebuilds the sweep folder the rows were compacted into
+  (sweep.json, ``arms/<arm>.jsonl``, ``metrics/<run>.jsonl``), file for file as it was committed before issue 54;
+  ``view NAME --to DIR`` writes one control as a sweep folder of its own. Either is for ``twinrun compare DIR
+  --baseline baseline`` (its full report) or ``twinrun compare --training DIR``.
 * ``python experiments/controls/analyse.py permutations NAME`` prints every relabelling of one control's runs with
   its F, under each seed design that applies (the permutation check in docs/findings.md; permute.py).
 * ``python experiments/controls/analyse.py findings`` runs ``twinrun compare``'s own function on each control whose
@@ -49,14 +53,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "experiments" / "controls" / "data"
 
 
 def _load(name: str) -> Any:
@@ -68,7 +70,8 @@ def _load(name: str) -> Any:
     return mod
 
 
-power, permute, block = _load("power"), _load("permute"), _load("block")
+power, permute, block, rows = _load("power"), _load("permute"), _load("block"), _load("rows")
+ROWS = rows.ROWS  # experiments/controls/data/rows.jsonl.gz
 FINDINGS, START, END, figure_path, doc_block = block.FINDINGS, block.START, block.END, block.figure_path, block.doc_block
 _p = block._p
 
@@ -149,43 +152,45 @@ def _swept_runs(src: Path, plan: dict[str, Any], candidates: set[str]) -> tuple[
     from twinrun.core.records import read_jsonl
 
     n = len(plan["games"])
-    rows: dict[str, list[dict[str, Any]]] = {}
+    by_arm: dict[str, list[dict[str, Any]]] = {}
     for a in plan["arms"]:
         f = src / "sweep" / "arms" / f"{a['arm']}.jsonl"
-        rows[a["arm"]] = [r for r in read_jsonl(f) if r.get("kind") == "eval"] if f.exists() else []
+        by_arm[a["arm"]] = [r for r in read_jsonl(f) if r.get("kind") == "eval"] if f.exists() else []
     runs = sorted(r for r in candidates
                   if (src / "runs" / r / "metrics.jsonl").is_file()
                   and any(a.get("run") == r for a in plan["arms"])
-                  and all(len(rows[a["arm"]]) >= n for a in plan["arms"] if a.get("run") == r))
-    return rows, runs
+                  and all(len(by_arm[a["arm"]]) >= n for a in plan["arms"] if a.get("run") == r))
+    return by_arm, runs
 
 
-def compact(src: Path, dst: Path = DATA / "sweep") -> list[str]:
+def _metrics(src: Path, runs: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each run's metrics.jsonl rows (a torn last line left out, as every reader of the file leaves it)."""
+    from twinrun.core.records import read_jsonl
+
+    return {run: list(read_jsonl(src / "runs" / run / "metrics.jsonl")) for run in runs}
+
+
+def _no_paths(arm: dict[str, Any]) -> dict[str, Any]:
+    # no machine's paths in committed rows: a checkpoint is its content hash
+    return dict(arm, run_dir=None, checkpoint_path=None, checkpoint_stat=None)
+
+
+def compact(src: Path, dst: Path = ROWS) -> list[str]:
     """Copy every run of a controls folder (src: its runs/ and sweep/) that is trained and fully swept (every arm
-    complete) into one compact sweep folder (dst): sweep.json with those runs' arms and the baseline, one compact
-    row per game, each run's metrics.jsonl. The controls are views of it (:func:`control_view`): a row is stored
-    once, whichever controls use it. Returns the runs written."""
-    from twinrun.core.records import atomic_write_json, atomic_write_text
-
+    complete) into the committed rows (dst, rows.py's file): the sweep plan with those runs' arms and the baseline,
+    one compact row per game, each run's metrics rows. The controls are views of it (:func:`control_view`): a row
+    is stored once, whichever controls use it. Returns the runs written (none, writing nothing, while the baseline
+    is incomplete)."""
     plan = json.loads((src / "sweep" / "sweep.json").read_text(encoding="utf-8"))
     n = len(plan["games"])
-    rows, runs = _swept_runs(src, plan, {r for c in CONTROLS.values() for r in c["runs"]})
+    by_arm, runs = _swept_runs(src, plan, {r for c in CONTROLS.values() for r in c["runs"]})
     arms = [a for a in plan["arms"] if a["role"] == "baseline" or a.get("run") in runs]
-    if any(len(rows[a["arm"]]) < n for a in arms if a["role"] == "baseline"):
+    if any(len(by_arm[a["arm"]]) < n for a in arms if a["role"] == "baseline"):
         return []
-    if dst.exists():
-        shutil.rmtree(dst)
-    (dst / "arms").mkdir(parents=True)
-    # no machine's paths in committed rows: a game is its id (the pairing key), a checkpoint its content hash
-    keep = dict(plan, games=[dict(g, path=None) for g in plan["games"]],
-                arms=[dict(a, run_dir=None, checkpoint_path=None, checkpoint_stat=None) for a in arms])
-    atomic_write_json(dst / "sweep.json", keep)
-    for a in arms:
-        atomic_write_text(dst / "arms" / f"{a['arm']}.jsonl",
-                          "".join(json.dumps(compact_row(r), sort_keys=True) + "\n" for r in rows[a["arm"]]))
-    (dst / "metrics").mkdir()  # not runs/: .gitignore keeps run folders out of the repository
-    for run in runs:
-        shutil.copyfile(src / "runs" / run / "metrics.jsonl", dst / "metrics" / f"{run}.jsonl")
+    # a game is its id (the pairing key), not a path on the machine that played it
+    keep = dict(plan, games=[dict(g, path=None) for g in plan["games"]], arms=[_no_paths(a) for a in arms])
+    rows.write(rows.Rows(keep, {a["arm"]: [compact_row(r) for r in by_arm[a["arm"]]] for a in arms},
+                         _metrics(src, runs)), dst)
     return runs
 
 
@@ -199,65 +204,51 @@ class AddError(ValueError):
     pass
 
 
-def add(src: Path, dst: Path = DATA / "sweep") -> list[str]:
-    """Add the runs of a later controls folder (src) to the committed sweep folder (dst), for runs trained after the
-    folder's own runs' checkpoints are gone (they live outside the repository). Only runs that are trained, fully
+def add(src: Path, dst: Path = ROWS) -> list[str]:
+    """Add the runs of a later controls folder (src) to the committed rows (dst), for runs trained after the
+    committed runs' checkpoints are gone (they live outside the repository). Only runs that are trained, fully
     swept and not already in dst; refused (before anything is written) unless src's sweep played the same games
     under the same stream plans and executor as dst's (SAME_PLAN), so that stream r of an added run is the same
     block as stream r of every committed arm. The added rows take dst's sweep id (compare reads one sweep per
-    folder); the sweep they were played in is kept on each row (``played_in``) and in sweep.json's ``added``
-    (with its evaluation dtype and code version). dst's baseline is kept: src's replay of it is not needed."""
-    from twinrun.core.records import atomic_write_json, atomic_write_text
-
-    have = json.loads((dst / "sweep.json").read_text(encoding="utf-8"))
+    folder); the sweep they were played in is kept on each row (``played_in``) and in the plan's ``added`` (with
+    its evaluation dtype and code version). dst's baseline is kept: src's replay of it is not needed. The file is
+    replaced in one rename: a killed add leaves the rows as they were."""
+    have = rows.read(dst)
     plan = json.loads((src / "sweep" / "sweep.json").read_text(encoding="utf-8"))
-    differ = [k for k in SAME_PLAN if have.get(k) != plan.get(k)]
+    differ = [k for k in SAME_PLAN if have.plan.get(k) != plan.get(k)]
     if differ:
         raise AddError(f"--from: {str(src)!r}'s sweep {plan.get('sweep_id')} differs from the committed sweep "
-                       f"{have.get('sweep_id')} in {', '.join(differ)}: its streams are not the committed blocks "
-                       "(fix: sweep the new runs with the spec, seed and --streams the committed rows were "
+                       f"{have.plan.get('sweep_id')} in {', '.join(differ)}: its streams are not the committed "
+                       "blocks (fix: sweep the new runs with the spec, seed and --streams the committed rows were "
                        "played with)")
-    committed = {a.get("run") for a in have["arms"]}
-    rows, runs = _swept_runs(src, plan, {r for c in CONTROLS.values() for r in c["runs"]} - committed)
+    committed = {a.get("run") for a in have.plan["arms"]}
+    by_arm, runs = _swept_runs(src, plan, {r for c in CONTROLS.values() for r in c["runs"]} - committed)
     if not runs:
         return []
-    arms = [dict(a, run_dir=None, checkpoint_path=None, checkpoint_stat=None)
-            for a in plan["arms"] if a.get("run") in runs]
-    for a in arms:
-        atomic_write_text(dst / "arms" / f"{a['arm']}.jsonl", "".join(
-            json.dumps(dict(compact_row(r), sweep_id=have["sweep_id"], played_in=r.get("sweep_id")), sort_keys=True)
-            + "\n" for r in rows[a["arm"]]))
-    for run in runs:
-        shutil.copyfile(src / "runs" / run / "metrics.jsonl", dst / "metrics" / f"{run}.jsonl")
+    arms = [_no_paths(a) for a in plan["arms"] if a.get("run") in runs]
+    sid = have.plan["sweep_id"]
+    new = {a["arm"]: [dict(compact_row(r), sweep_id=sid, played_in=r.get("sweep_id")) for r in by_arm[a["arm"]]]
+           for a in arms}
     added = {"sweep_id": plan.get("sweep_id"), "runs": runs, "curator_dtype": plan.get("curator_dtype"),
              "twinrun_version": plan.get("twinrun_version"), "spec_hash": plan.get("spec_hash")}
-    # sweep.json last: a run is in the folder once its arms are (a killed add leaves files no view reads)
-    atomic_write_json(dst / "sweep.json", dict(have, arms=have["arms"] + arms,
-                                               added=[*(have.get("added") or []), added]))
+    rows.write(rows.Rows(dict(have.plan, arms=have.plan["arms"] + arms, added=[*(have.plan.get("added") or []), added]),
+                         have.arms | new, have.metrics | _metrics(src, runs)), dst)
     return runs
 
 
-def control_view(control: str, dst: Path, data: Path = DATA / "sweep") -> Path | None:
-    """One control as a sweep folder of its own (dst): the committed folder's sweep.json cut to the control's runs
-    and the baseline, their arm files and metrics copied. None when a run it needs is not committed, so that a
-    control is reported whole or not at all."""
-    from twinrun.core.records import atomic_write_json
-
-    if not (data / "sweep.json").is_file():
-        return None
+def control_view(control: str, dst: Path, data: Path | Any = ROWS) -> Path | None:
+    """One control as a sweep folder of its own (dst): the committed rows (data: rows.py's file, or its rows read
+    once) cut to the control's runs and the baseline, written as sweep.json, arm files and metrics. None when a run
+    it needs is not committed, so that a control is reported whole or not at all."""
+    if isinstance(data, Path):
+        if not data.is_file():
+            return None
+        data = rows.read(data)
     runs = CONTROLS[control]["runs"]
-    plan = json.loads((data / "sweep.json").read_text(encoding="utf-8"))
-    arms = [a for a in plan["arms"] if a["role"] == "baseline" or a.get("run") in runs]
-    if not set(runs) <= {a.get("run") for a in arms}:
+    view = rows.cut(data, set(runs))
+    if not set(runs) <= {a.get("run") for a in view.plan["arms"]}:
         return None
-    (dst / "arms").mkdir(parents=True, exist_ok=True)
-    (dst / "metrics").mkdir(exist_ok=True)
-    atomic_write_json(dst / "sweep.json", dict(plan, arms=arms))
-    for a in arms:
-        shutil.copyfile(data / "arms" / f"{a['arm']}.jsonl", dst / "arms" / f"{a['arm']}.jsonl")
-    for run in runs:
-        shutil.copyfile(data / "metrics" / f"{run}.jsonl", dst / "metrics" / f"{run}.jsonl")
-    return dst
+    return rows.write_folder(view, dst)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -280,15 +271,16 @@ def cost(data: Path) -> dict[str, Any]:
             "train_episodes": train_episodes, "train_s": train_s}
 
 
-def findings(data_root: Path = DATA, figures: bool = False) -> dict[str, Any]:
+def findings(path: Path = ROWS, figures: bool = False) -> dict[str, Any]:
     """Every committed control through compare (the report's own function and default settings, the control's
     seed design); with figures, each control that compares frameworks is drawn by compare's own plot to
     :func:`figure_path`. The budgets come last: their seed-profile model (power.seed_model) pools the seeds of
     several controls."""
     out: dict[str, Any] = {}
+    committed = rows.read(path) if path.is_file() else None  # read once, cut once per control
     with tempfile.TemporaryDirectory(prefix="controls-") as tmp:
         for name in CONTROLS:
-            data = control_view(name, Path(tmp) / name, data_root / "sweep")
+            data = None if committed is None else control_view(name, Path(tmp) / name, committed)
             if data is not None:
                 out[name] = _control_findings(name, data, figures)
     model = power.seed_model(out)
@@ -386,10 +378,10 @@ def render(f: dict[str, Any]) -> str:
 def _print_permutations(name: str) -> int:
     """Every labelling of one control's runs with its F, under each design that applies (permute.labellings)."""
     with tempfile.TemporaryDirectory() as tmp:
-        data = control_view(name, Path(tmp) / name)
+        data = control_view(name, Path(tmp) / name, ROWS)
         if data is None:
-            print(f"{name}: not every run of it is committed under {DATA / 'sweep'} (fix: analyse.py compact "
-                  "--from the controls folder)", file=sys.stderr)
+            print(f"{name}: not every run of it is committed in {ROWS} (fix: analyse.py compact --from the "
+                  "controls folder)", file=sys.stderr)
             return 2
         c = _control_findings(name, data)
     m = group_matrices(c)
@@ -424,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--from", dest="src", type=Path, default=ROOT / "runs" / "controls")
     c.add_argument("--add", action="store_true", help="add the folder's new runs to the committed rows instead of "
                    "replacing them (runs trained after the committed runs' checkpoints are gone)")
-    v = sub.add_parser("view", help="one control as a sweep folder of its own, for twinrun compare")
-    v.add_argument("name", choices=list(CONTROLS))
+    v = sub.add_parser("view", help="the committed rows as a sweep folder (with NAME: one control's), for twinrun "
+                       "compare")
+    v.add_argument("name", nargs="?", choices=list(CONTROLS), help="one control (default: every committed run)")
     v.add_argument("--to", type=Path, required=True)
     pm = sub.add_parser("permutations", help="every relabelling of one control's runs and its F (the permutation "
                         "check in docs/findings.md)")
@@ -438,30 +431,41 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.src / "sweep" / "sweep.json").is_file():
             print(f"--from: {str(a.src)!r} holds no controls sweep (fix: the --out of controls.py)", file=sys.stderr)
             return 2
+        before = ROWS.read_bytes() if ROWS.is_file() else None
         try:
-            runs = add(a.src) if a.add else compact(a.src)
-        except AddError as e:
+            runs = add(a.src, ROWS) if a.add else compact(a.src, ROWS)
+        except (AddError, rows.RowsError) as e:
             print(e, file=sys.stderr)
             return 2
-        print(f"{DATA / 'sweep'}: {len(runs)} run(s) trained and swept: {', '.join(runs) or 'none'}")
+        same = before is not None and ROWS.read_bytes() == before
+        print(f"{ROWS}{' (unchanged)' if same else ''}: {len(runs)} run(s) trained and swept: "
+              f"{', '.join(runs) or 'none'}")
+        committed = rows.read(ROWS) if ROWS.is_file() else None
         with tempfile.TemporaryDirectory() as tmp:
             for name in CONTROLS:
-                ok = control_view(name, Path(tmp) / name) is not None
+                ok = committed is not None and control_view(name, Path(tmp) / name, committed) is not None
                 print(f"  {name}: " + ("complete" if ok else "not every run of it is trained and swept yet"))
         return 0
     if a.cmd == "view":
         if a.to.exists() and any(a.to.iterdir()):
             print(f"--to: {str(a.to)!r} is not empty (fix: a new folder)", file=sys.stderr)
             return 2
-        if control_view(a.name, a.to) is None:
-            print(f"{a.name}: not every run of it is committed under {DATA / 'sweep'} (fix: analyse.py compact "
-                  "--from the controls folder)", file=sys.stderr)
+        if not ROWS.is_file():
+            print(f"{ROWS}: missing (fix: analyse.py compact --from the controls folder)", file=sys.stderr)
+            return 2
+        if a.name is None:
+            rows.unpack(a.to, ROWS)
+            print(f"{a.to}: the committed rows as a sweep folder (twinrun compare {a.to} --baseline baseline)")
+            return 0
+        if control_view(a.name, a.to, ROWS) is None:
+            print(f"{a.name}: not every run of it is committed in {ROWS} (fix: analyse.py compact --from the "
+                  "controls folder)", file=sys.stderr)
             return 2
         print(f"{a.to}: the {a.name} control as a sweep folder (twinrun compare {a.to} --baseline baseline)")
         return 0
     if a.cmd == "permutations":
         return _print_permutations(a.name)
-    text_block = render(findings(figures=a.write))
+    text_block = render(findings(ROWS, figures=a.write))
     if not a.write:
         print(text_block)
         return 0

@@ -17,7 +17,7 @@ from twinrun.core.compare import training_runs as trr
 from twinrun.core.compare.stats import holm
 from twinrun.core.records import JsonlWriter, StepMetrics, provenance
 
-CONTROLS = Path(__file__).resolve().parents[3] / "experiments" / "controls" / "data" / "sweep" / "metrics"
+REPO = Path(__file__).resolve().parents[3]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -176,16 +176,18 @@ def test_report_section_in_every_comparison(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out3" / "compare.json").read_text())["training"]["runs"][0]["run"] == "trl"
 
 
-def _controls(names: list[str], groups: list[tuple[str, str, None]] = ()) -> dict:
-    runs = [trr.read_run(CONTROLS / f"{n}.jsonl") for n in names]
+def _controls(sweep: Path, names: list[str], groups: list[tuple[str, str, None]] = ()) -> dict:
+    """compare --training's comparison of the committed controls' runs (sweep: the rows rebuilt as a folder, the
+    controls_sweep fixture)."""
+    runs = [trr.read_run(sweep / "metrics" / f"{n}.jsonl") for n in names]
     trr.apply_groups(runs, groups)
     (c,) = trr.training_block(runs)["comparisons"]
     return c
 
 
-def test_controls_negative_differs_on_nothing() -> None:
+def test_controls_negative_differs_on_nothing(controls_sweep: Path) -> None:
     """TRL vs verl, the same algorithm at paired seeds 0-2: no metric differs (family-wise alpha 5%)."""
-    c = _controls([f"trl-s{i}" for i in range(3)] + [f"verl-s{i}" for i in range(3)])
+    c = _controls(controls_sweep, [f"trl-s{i}" for i in range(3)] + [f"verl-s{i}" for i in range(3)])
     assert c["design"] == "paired" and len(c["metrics"]) == 8
     assert c["differ"] == []
     assert round(min(r["p_holm"] for r in c["metrics"].values()), 2) == 0.98  # docs/training-curves.md
@@ -195,10 +197,10 @@ def test_controls_negative_differs_on_nothing() -> None:
     assert set(c["not_recorded"]) == {"kl"} and set(c["not_comparable"]) == {"tool_failures"}
 
 
-def test_controls_positive_broken_differs_on_reward_from_its_fall() -> None:
+def test_controls_positive_broken_differs_on_reward_from_its_fall(controls_sweep: Path) -> None:
     """lr x 10 under TRL vs verl2 at seeds 0-2: the reward differs, parting at or before the step its curve falls
     (the first step whose seed-mean reward is below half its mean over steps 1-3)."""
-    c = _controls([f"trlhigh-s{i}" for i in range(3)] + [f"verl2-s{i}" for i in range(3)],
+    c = _controls(controls_sweep, [f"trlhigh-s{i}" for i in range(3)] + [f"verl2-s{i}" for i in range(3)],
                   [("trlhigh-*", "trlhigh", None)])
     r = c["metrics"]["reward_mean"]
     assert r["verdict"] == tr.DIFFER and r["p_holm"] < 0.05
@@ -213,30 +215,31 @@ def test_controls_positive_broken_differs_on_reward_from_its_fall() -> None:
     assert fc["verdict"] == tr.DIFFER and round(fc["p_holm"], 3) == 0.044 and fc["first_window_steps"] == [3, 3]
     assert c["differ"] == ["reward_mean", "r_fc"]
     # against TRL at the normal rate, the same 3 seeds miss it (the 3-seed power docs/training-curves.md states)
-    same_backend = _controls([f"trl-s{i}" for i in range(3)] + [f"trlhigh-s{i}" for i in range(3)],
+    same_backend = _controls(controls_sweep, [f"trl-s{i}" for i in range(3)] + [f"trlhigh-s{i}" for i in range(3)],
                              [("trlhigh-*", "trlhigh", None)])
     r2 = same_backend["metrics"]["reward_mean"]
     assert same_backend["differ"] == [] and round(r2["p_holm"], 3) == 0.056 and round(r2["level"]["estimate"], 2) == 0.48
 
 
-def test_controls_entropy_at_step_one() -> None:
+def test_controls_entropy_at_step_one(controls_sweep: Path) -> None:
     """docs/training-curves.md: at step 1 (the start weights) TRL's entropy is below verl's in all 9 distinct
     pairs at one seed, by 6% on average (paired t on the log ratio, p 3e-4)."""
     def first(name: str) -> float:
-        return float(trr.read_run(CONTROLS / f"{name}.jsonl").values["entropy"][0])
+        return float(trr.read_run(controls_sweep / "metrics" / f"{name}.jsonl").values["entropy"][0])
 
     pairs = [(f"trl-s{i}", f"verl-s{i}") for i in range(3)] + [(f"trlslow2-s{i}", f"verl2-s{i}") for i in range(6)]
     lr = np.log([first(a) / first(b) for a, b in pairs])
     assert int((lr < 0).sum()) == 9 and round(1 - float(np.exp(lr.mean())), 2) == 0.06
     assert round(float(stats.ttest_1samp(lr, 0.0).pvalue), 4) == 0.0003
-    six = _controls([f"trlslow2-s{i}" for i in range(6)] + [f"verl2-s{i}" for i in range(6)])["metrics"]["entropy"]
+    six = _controls(controls_sweep, [f"trlslow2-s{i}" for i in range(6)] + [f"verl2-s{i}" for i in range(6)]
+                    )["metrics"]["entropy"]
     assert six["verdict"] == tr.DIFFER and six["first_window_steps"] == [1, 1]
 
 
-def test_a_sweep_folder_finds_its_runs_metrics() -> None:
+def test_a_sweep_folder_finds_its_runs_metrics(controls_sweep: Path) -> None:
     """Beside a checkpoint comparison: the controls' sweep keeps one RUN.jsonl per run under metrics/; --group
     globs split the TRL runs into their groups (the same seeds twice in one backend is then no longer a mix)."""
-    sweep = CONTROLS.parent
+    sweep = controls_sweep
     groups = [("trlhigh-*", "trlhigh", None), ("trlslow*", "trlslow", None), ("verl2-*", "verl2", None)]
     block = trr.training_for_inputs([sweep], groups=groups, required=False)
     assert len(block["runs"]) == 28 and {r["group"] for r in block["runs"]} == {"trl", "trlhigh", "trlslow", "verl",
@@ -244,7 +247,7 @@ def test_a_sweep_folder_finds_its_runs_metrics() -> None:
     pairs = {(c["a"], c["b"]): c for c in block["comparisons"]}
     assert len(pairs) == 10 and pairs[("trl", "verl")]["design"] == "independent"  # seeds 0-2 vs 0-4
     assert pairs[("trl", "trlhigh")]["design"] == "paired"  # groups in name order
-    assert trr.training_for_inputs([CONTROLS / "trl-s0.jsonl"], required=False) is None  # not a sweep
+    assert trr.training_for_inputs([sweep / "metrics" / "trl-s0.jsonl"], required=False) is None  # not a sweep
     mixed = trr.training_for_inputs([sweep], required=False)  # by backend alone: trl-s0 and trlhigh-s0 in one group
     assert any("group trl holds several runs at seed 0" in n for n in mixed["notes"])
 
@@ -275,7 +278,7 @@ def test_bad_training_inputs_are_one_line_and_write_nothing(args, names, tmp_pat
 def test_seeded_rates_on_planted_curves_with_the_controls_noise() -> None:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("training_bench", CONTROLS.parents[4] / "bench" / "training_verdict.py")
+    spec = importlib.util.spec_from_file_location("training_bench", REPO / "bench" / "training_verdict.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rng = np.random.default_rng(11)

@@ -15,7 +15,6 @@ from twinrun.core.spec import load_spec
 from twinrun.core.sweeps import sweep as sw
 
 KEYCHAIN = "valid_seen/look_at_obj_in_light-KeyChain-None-DeskLamp-327/trial_T20190906_202601_548273"
-CONTROLS = Path(__file__).resolve().parents[3] / "experiments" / "controls" / "data" / "sweep"
 
 
 def _pool(alfworld_data: Path, spec):
@@ -30,10 +29,10 @@ def learn(repo_root):
 
 
 @pytest.mark.alfworld
-def test_the_controls_sweep_keeps_its_game_list_and_hash(alfworld_data, learn):
+def test_the_controls_sweep_keeps_its_game_list_and_hash(alfworld_data, learn, controls_sweep):
     import dataclasses
 
-    raw = json.loads((CONTROLS / "sweep.json").read_text())
+    raw = json.loads((controls_sweep / "sweep.json").read_text())
     fields = {f.name for f in dataclasses.fields(sw.SweepPlan)}  # the committed copy also lists later runs (`added`)
     plan = sw.SweepPlan.from_dict({k: v for k, v in raw.items() if k in fields})
     assert plan.excluded_games is None  # planned before exclusions existed
@@ -84,8 +83,8 @@ def test_sweep_writes_the_exclusion_into_its_manifest(alfworld_data, learn, tmp_
     assert res.summary()["excluded_games"] == res.excluded_games
 
 
-def test_the_compare_report_notes_name_the_game():
+def test_the_compare_report_notes_name_the_game(controls_sweep):
     from twinrun.core.compare.report import sweep_notes
 
-    notes = sweep_notes([CONTROLS])
+    notes = sweep_notes([controls_sweep])
     assert any(KEYCHAIN in n and "unmeasured, not failures" in n for n in notes)
