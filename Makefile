@@ -62,7 +62,9 @@ learn: env alfworld-data
 
 # the real-training controls (experiments/controls/controls.py, hours on 2 cores; resumable, rerun to continue):
 # the learning arm under TRL and verl at several seeds, a slow-rate group (lr / 10) and a broken one (lr x 10), trained
-# one run at a time, each followed by a sweep of every run so far (4 streams x 32 games per checkpoint)
+# one run at a time, each followed by a sweep of every run so far (4 streams x 32 games per checkpoint); then
+# `python experiments/controls/analyse.py compact --from $(CONTROLS_OUT)` keeps their rows in one committed file,
+# experiments/controls/data/rows.jsonl.gz (docs/findings.md, "How to reproduce")
 controls: env alfworld-data
 	$(BIN)/python experiments/controls/controls.py --out $(CONTROLS_OUT)
 

@@ -1,6 +1,6 @@
 """The seed design on the committed controls (issue 50; docs/compare.md, "Seeds pair"): auto pairs seed i of TRL
 and verl (their rows share a start and the sweep's plans), and the slow-rate positive control that the nested test
-lost is read within seed. Recomputed from experiments/controls/data through compare's own function."""
+lost is read within seed. Recomputed from experiments/controls/data/rows.jsonl.gz through compare's own function."""
 
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ With one stream per arm (a paper's table, an old sweep) the intra-stream correla
 report cannot say how wide a checkpoint's lift really is. It quotes instead the rho twinrun measured on real
 trainings (the negative control: TRL and verl runs of experiments/learn-cpu.yaml, three seeds each, crossed
 streams; docs/findings.md) and says what that rho would mean for this sweep: the smallest lift one stream of its
-length detects. The numbers
-below are that control's as `compare` computes them from the committed rows (experiments/controls/data/sweep);
-tests/test_controls_findings.py holds them equal, so a change to compare or to the rows that moves them turns red.
+length detects. The numbers below are that control's as `compare` computes them from the committed rows
+(experiments/controls/data/rows.jsonl.gz); tests/test_controls_findings.py holds them equal, so a change to compare
+or to the rows that moves them turns red.
 
 Caveat said with the numbers: rho was measured at 32-game streams of a tiny curator and a scripted executor, and a
 stream of another length, curator or executor may correlate differently; it is an order of magnitude, not a
