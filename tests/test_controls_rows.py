@@ -208,3 +208,7 @@ def test_a_file_of_another_shape_is_one_line(tmp_path):
         assert "fix:" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(an.rows.RowsError, match="missing"):
         an.rows.read(tmp_path / "none.jsonl.gz")
+    nan = an.rows.Rows({"arms": [{"arm": "a", "role": "baseline"}]}, {"a": [{"kind": "eval", "arm": "a", "x": float("nan")}]})
+    with pytest.raises(an.rows.RowsError, match="JSON cannot"):
+        an.rows.write(nan, tmp_path / "nan.jsonl.gz")
+    assert not list(tmp_path.glob("*nan*"))

@@ -13,7 +13,7 @@ Runs are trained one after the other (a CPU job at a time), each followed by a s
 (the sweep folder is extended, never restarted: arms already played resume). Everything resumes: a killed run
 continues from its last complete checkpoint, a killed sweep from its last row. Progress (the children's own
 output included) goes to the console. The children die with this process. `analyse.py` beside this file turns the
-folder into the committed rows (data/) and docs/findings.md's numbers.
+folder into the committed rows (data/rows.jsonl.gz) and docs/findings.md's numbers.
 """
 
 from __future__ import annotations

@@ -80,8 +80,12 @@ def compress(text: str) -> bytes:
 
 def write(rows: Rows, path: Path = ROWS) -> bool:
     """Write the rows to `path` atomically (a reader sees the old file or the new one). Returns False, writing
-    nothing, when the file already holds these rows."""
-    text = dumps(rows)
+    nothing, when the file already holds these rows (or when a row holds what JSON cannot: NaN, infinity)."""
+    try:
+        text = dumps(rows)
+    except ValueError as e:
+        raise RowsError(f"{path}: a row holds a value JSON cannot ({e}; fix: null for an unmeasured value in the "
+                        "run's rows)") from None
     if path.is_file() and gzip.decompress(path.read_bytes()).decode("utf-8") == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
