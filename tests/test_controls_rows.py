@@ -194,6 +194,9 @@ def test_compact_add_joins_the_unpaired_negative_controls_runs(tmp_path, capsys,
     packed = committed.read_bytes()
     assert an.main(["compact", "--add", "--from", str(src)]) == 0
     assert "(unchanged): 0 run(s)" in capsys.readouterr().out and committed.read_bytes() == packed
+    # the sweep folder itself, not the controls folder holding it: one line, nothing written
+    assert an.main(["compact", "--add", "--from", str(src / "sweep")]) == 2
+    assert "holds no controls sweep" in capsys.readouterr().err and committed.read_bytes() == packed
 
 
 def test_a_file_of_another_shape_is_one_line(tmp_path):

@@ -429,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "compact":
         if not (a.src / "sweep" / "sweep.json").is_file():
-            print(f"--from: {str(a.src)!r} holds no controls sweep (fix: the --out of controls.py)", file=sys.stderr)
+            print(f"--from: {str(a.src)!r} holds no controls sweep (no sweep/sweep.json; fix: the --out of controls.py, "
+                  "the folder holding runs/ and sweep/)", file=sys.stderr)
             return 2
         before = ROWS.read_bytes() if ROWS.is_file() else None
         try:
