@@ -9,11 +9,12 @@ object per line, in a fixed order:
 * then each run's step metrics as ``{"kind": "metrics", "run": RUN, "row": <a metrics.jsonl row>}``, the runs in
   name order and each run's rows in file order.
 
-Why JSONL.gz and not Parquet: the bytes are a function of the rows alone (keys sorted, gzip's mtime 0 and no file
-name), where pyarrow stamps its own version into every Parquet file; the rows nest (provenance, metrics' wall
-times and reward terms) and differ by backend, which Parquet would need a fixed schema for; JSON keeps every float
-as written, so :func:`write_folder` rebuilds the old folder byte for byte; and it needs the standard library only
-(``zcat`` reads it).
+Why JSONL.gz and not Parquet: the bytes are a function of the rows alone (a fixed order, keys sorted but a metrics
+row's, which keep the run's order; gzip's mtime 0 and no file name), where pyarrow stamps its own version into every
+Parquet file; the rows nest (provenance, metrics' wall times and reward terms) and differ by backend, which Parquet
+would need a fixed schema for; JSON keeps every float as written, so :func:`write_folder` rebuilds the old folder
+byte for byte; and it needs the standard library only (``zcat`` reads it). Parquet would be smaller (the 28,800
+eval rows of 2026-12-06 took 0.25-0.28 MB as Parquet, the whole file 0.56 MB), a difference git does not feel.
 
 A writer that finds the file already holding the same rows leaves it as it is, so re-running a compaction makes no
 diff even under another zlib.
