@@ -35,7 +35,9 @@ unless the comparison is across executors.
 Modules: ``model`` (settings, tables), ``load`` (sweep arms, summary CSVs), ``stats``, ``shape``, ``power`` and
 ``streams`` (pure statistics, no I/O), ``families`` (multiplicity), ``curves`` (per-run curves and pairs),
 ``verdict`` (the rule), ``frameworks`` (seeds), ``games`` / ``summary`` (the two kinds of input), ``transfer``
-(across executors), ``render`` (JSON), ``synthetic`` (sweeps with a known truth, the planted cases).
+(across executors), ``render`` (JSON), ``synthetic`` (sweeps with a known truth, the planted cases). Importing
+the package loads ``model`` alone (the CLI builds compare's options from ``CompareSettings`` at start-up); the
+names below from the other modules load on first use.
 
 The report, its figures, the model card and what a tracker shows live here too (:mod:`.report` with its first
 screen :mod:`.first_screen`, tables :mod:`.report_tables`, page :mod:`.report_html` and words :mod:`.glossary`;
