@@ -108,6 +108,8 @@ class _StreamArms:
 
 
 def _stream_arms(table: GameTable, baseline: str, settings: CompareSettings, rng: np.random.Generator) -> _StreamArms:
+    """The stream arms against the baseline (see _StreamArms); the generator's first draws are the games' bootstrap
+    counts."""
     base_rows = baseline_streams(table.arms, baseline)
     y = table.outcomes
     yb = y[base_rows]
@@ -131,11 +133,12 @@ def _stream_arms(table: GameTable, baseline: str, settings: CompareSettings, rng
     c_arm = np.array([int(p.c[0]) for p in pcs])
     keys, cells = _cells(arms)
     return _StreamArms(
-        base_rows, yb, bpool, arms, ya, w, ones, mask, diff, lift_arm, cs.weighted_means(diff, mask, w), b_arm, c_arm,
-        np.array([int(p.n_pairs[0]) for p in pcs]), cs.mcnemar_exact_many(b_arm, c_arm), keys, cells,
-        [_named(arms[c[0]]) for c in cells],
-        np.array([int(np.isfinite(lift_arm[c]).sum()) for c in cells], dtype=np.int64),
-        float(np.mean(mask.sum(axis=1))) if arms else float(n_games))
+        base_rows=base_rows, yb=yb, bpool=bpool, arms=arms, ya=ya, w=w, ones=ones, mask=mask, diff=diff,
+        lift_arm=lift_arm, boot_arm=cs.weighted_means(diff, mask, w), b_arm=b_arm, c_arm=c_arm,
+        n_pairs=np.array([int(p.n_pairs[0]) for p in pcs]), p_cond=cs.mcnemar_exact_many(b_arm, c_arm),
+        keys=keys, cells=cells, reps=[_named(arms[c[0]]) for c in cells],
+        n_str=np.array([int(np.isfinite(lift_arm[c]).sum()) for c in cells], dtype=np.int64),
+        m_games=float(np.mean(mask.sum(axis=1))) if arms else float(n_games))
 
 
 def _cells(arms: list[ArmInfo]) -> tuple[list[tuple[str, int | None]], list[list[int]]]:
