@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import subprocess
+import sys
 
 import pytest
 import typer
@@ -21,12 +23,12 @@ def _command(name: str):
 
 
 def _sources(name: str) -> list[FieldOptions]:
-    from twinrun.commands import eval_agent, sweep
+    from twinrun.commands import compare, eval_agent, sweep
 
-    return {"eval-agent": [eval_agent.EVAL], "sweep": [sweep.SWEEP, sweep.ENV]}[name]
+    return {"eval-agent": [eval_agent.EVAL], "sweep": [sweep.SWEEP, sweep.ENV], "compare": [compare.COMPARE]}[name]
 
 
-@pytest.mark.parametrize("name", ["eval-agent", "sweep"])
+@pytest.mark.parametrize("name", ["eval-agent", "sweep", "compare"])
 def test_every_option_default_is_its_fields(name: str) -> None:
     cmd, sources = _command(name), _sources(name)
     assert check_defaults(cmd, sources) == []
@@ -53,6 +55,42 @@ def test_eval_agent_options_are_agent_eval_settings() -> None:
     assert res.exit_code == 0
     for shown in ("[default: 4]", "[default: 200]", "[default: 0.4]", "[default: 10000]", "[default: open/close OBJ]"):
         assert shown in res.output, shown
+
+
+def test_compare_options_are_compare_settings() -> None:
+    """Every CompareSettings field is an option of `twinrun compare` whose default is the field's (--delta in
+    percentage points) and whose help starts with the field's; the defaults `--help` prints are the model's."""
+    from twinrun.core.compare.model import CompareSettings
+
+    cmd = _command("compare")
+    params = {o: p for p in cmd.params for o in p.opts}
+    model = CompareSettings()
+    for f in dataclasses.fields(CompareSettings):
+        p = params[_sources("compare")[0].flag_of(f.name)]
+        assert f.metadata["help"] and p.help.startswith(f.metadata["help"]), f.name
+        want = getattr(model, f.name)
+        want = want * 100 if f.name == "delta" else list(want) if isinstance(want, tuple) else want
+        assert p.default == want, f.name
+    assert params["--max-streams"].min == 2  # typer's own keywords pass through
+    from twinrun.cli import app
+
+    res = CliRunner().invoke(app, ["compare", "--help"], terminal_width=200, env={"COLUMNS": "200"})
+    assert res.exit_code == 0
+    for shown in ("[default: 0.05]", "[default: 5.0]", "[default: 10000]", "[default: 64]", "[default: auto]"):
+        assert shown in res.output, shown
+
+
+def test_importing_compares_settings_loads_no_statistics() -> None:
+    """The CLI imports CompareSettings at start-up to build compare's options: that import pulls no scipy (the
+    statistics modules load when compare runs), so `twinrun --help` does not slow down."""
+    code = ("import sys; import twinrun.commands.compare, twinrun.core.compare as c; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy' or m.startswith('twinrun.core.compare')));"
+            " c.compare_games; print('scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    loaded, later = out.stdout.strip().splitlines()
+    assert loaded == "['twinrun.core.compare', 'twinrun.core.compare.model']"
+    assert later == "True"  # the lazy name loads its module (the check above is not vacuous)
 
 
 def test_sweep_spec_options_show_the_specs_defaults() -> None:

@@ -6,6 +6,18 @@ from pathlib import Path
 
 import typer
 
+from twinrun.commands._options import FieldOptions
+from twinrun.core.compare.model import CompareSettings
+
+# the statistics' options: default and help from CompareSettings' fields; the CLI keeps its own names for three of them
+COMPARE = FieldOptions(CompareSettings, flags={"max_unmeasured_share": "--max-unmeasured", "family_map": "--family-of",
+                                               "groups": "--group"})
+
+
+def pp(fraction: float) -> float:
+    """A success-rate fraction in the percentage points --delta takes (0.05 -> 5.0)."""
+    return fraction * 100.0
+
 
 def register(app: typer.Typer) -> None:
     app.command("compare")(compare_cmd)
@@ -24,43 +36,23 @@ def compare_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON (docs/compare-json.md)"),
     out: Path | None = typer.Option(None, "--out", help="write compare.json, report.md and figures here (with "
                                      "--looks: looks.json and report.md's per-look table)"),
-    alpha: float = typer.Option(0.05, "--alpha"),
-    power: float = typer.Option(0.8, "--power", help="power for the minimum detectable effect and the games to decide"),
-    level: float = typer.Option(0.95, "--level", help="confidence level of the intervals"),
-    n_boot: int = typer.Option(10_000, "--n-boot", help="bootstrap resamples"),
-    seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
-    rho0: float = typer.Option(0.5, "--rho0", help="'agree' needs the lower CI bound of r above this"),
-    delta: float = typer.Option(5.0, "--delta", help="equivalence margin in percentage points: 'agree' needs the "
-                                "centred curves within +-delta at every checkpoint"),
-    family: str = typer.Option("run", "--family", help="multiplicity families: run (one per run), all (every "
-                               "checkpoint arm together) or custom (--family-of)"),
-    family_of: list[str] = typer.Option([], "--family-of", help="NAME=GLOB: arms whose name matches GLOB form "
-                                        "family NAME (with --family custom; repeatable, first match wins)"),
-    group: list[str] = typer.Option([], "--group", help="RUN=FRAMEWORK[@SEED]: which framework and training seed a run "
-                                    "is (overrides the sweep's records; repeatable)"),
-    across: str | None = typer.Option(None, "--across", help="several sweeps (or an executor column) that differ in "
-                                      "this axis: executor"),
-    max_unmeasured: float = typer.Option(0.1, "--max-unmeasured", help="flag arms with a larger unmeasured share"),
-    stream_icc: float | None = typer.Option(None, "--stream-icc", help="intra-stream correlation RHO from a pilot "
-                                            "sweep with streams, for inputs with one stream per arm (old sweeps, "
-                                            "published summaries): every variance gains the stream variance, a "
-                                            "design effect of 1 + (games - 1) RHO; without it one stream decides no "
-                                            "shape (docs/compare.md)"),
-    stream_design: str = typer.Option("auto", "--stream-design", help="auto: streams played with shared plans "
-                                      "(sweep.json's stream_plans) are blocks, the rest nested replicates; nested: "
-                                      "nested replicates whatever the manifest says; crossed: you state that stream "
-                                      "r of every arm played one common order with shared seeds (rows of another "
-                                      "harness), refused where the rows' positions contradict it (docs/streams.md)"),
-    games_hash: str | None = typer.Option(None, "--games-hash", help="HASH: the game list to compare on where a "
-                                          "sweep's arms carry more than one (or another than sweep.json's): the arms "
-                                          "played on HASH are compared, the others left out and named in the report; "
-                                          "without it such arms are refused (docs/compare.md)"),
-    seed_design: str = typer.Option("auto", "--seed-design", help="auto: seed i's runs pair across two groups "
-                                    "where they record the same seed and start under shared stream plans (tested "
-                                    "within seed), else seeds nested in groups; paired or independent force it "
-                                    "(docs/compare.md, Seeds pair)"),
-    max_streams: int = typer.Option(64, "--max-streams", min=2, help="the most streams per arm that 'what would "
-                                    "decide' may name (at the games per stream played, the protocol's)"),
+    alpha: float = COMPARE("alpha"),
+    power: float = COMPARE("power"),
+    level: float = COMPARE("level"),
+    n_boot: int = COMPARE("n_boot"),
+    seed: int = COMPARE("seed"),
+    rho0: float = COMPARE("rho0"),
+    delta: float = COMPARE("delta", more="(percentage points)", to_cli=pp),
+    family: str = COMPARE("family", more="(--family-of)"),
+    family_of: list[str] = COMPARE("family_map", more="(NAME=GLOB, with --family custom; repeatable)"),
+    group: list[str] = COMPARE("groups", more="(RUN=FRAMEWORK[@SEED]; repeatable)"),
+    across: str | None = COMPARE("across"),
+    max_unmeasured: float = COMPARE("max_unmeasured_share"),
+    stream_icc: float | None = COMPARE("stream_icc"),
+    stream_design: str = COMPARE("stream_design"),
+    games_hash: str | None = COMPARE("games_hash"),
+    seed_design: str = COMPARE("seed_design"),
+    max_streams: int = COMPARE("max_streams", min=2),
     metrics: list[str] = typer.Option([], "--metrics", help="LABEL=PATH of a run's metrics.jsonl for the "
                                       "training-dynamics figure (repeatable; with --out; the runs of sweep "
                                       "folders are found on their own)"),

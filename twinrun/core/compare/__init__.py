@@ -35,7 +35,9 @@ unless the comparison is across executors.
 Modules: ``model`` (settings, tables), ``load`` (sweep arms, summary CSVs), ``stats``, ``shape``, ``power`` and
 ``streams`` (pure statistics, no I/O), ``families`` (multiplicity), ``curves`` (per-run curves and pairs),
 ``verdict`` (the rule), ``frameworks`` (seeds), ``games`` / ``summary`` (the two kinds of input), ``transfer``
-(across executors), ``render`` (JSON), ``synthetic`` (sweeps with a known truth, the planted cases).
+(across executors), ``render`` (JSON), ``synthetic`` (sweeps with a known truth, the planted cases). Importing
+the package loads ``model`` alone (the CLI builds compare's options from ``CompareSettings`` at start-up); the
+names below from the other modules load on first use.
 
 The report, its figures, the model card and what a tracker shows live here too (:mod:`.report` with its first
 screen :mod:`.first_screen`, tables :mod:`.report_tables`, page :mod:`.report_html` and words :mod:`.glossary`;
@@ -45,24 +47,51 @@ advantages, curation, sweeps.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twinrun.core.compare.games import analyse_games, compare_games
-from twinrun.core.compare.load import load_game_table, load_game_tables, load_summary_csv, load_summary_tables
 from twinrun.core.compare.model import ArmInfo, CompareError, CompareSettings, GameTable, SummaryTable
-from twinrun.core.compare.render import COMPARE_SCHEMA_VERSION, to_json
-from twinrun.core.compare.summary import SUMMARY_SKIPPED_ALWAYS, analyse_summaries, compare_summaries
-from twinrun.core.compare.synthetic import synthetic_game_table
-from twinrun.core.compare.transfer import compare_across
-from twinrun.core.compare.verdict import AGREE, CO_MOVE, DIFFER, NO_EVIDENCE, VERDICTS, decide
+
+if TYPE_CHECKING:
+    from twinrun.core.compare.games import analyse_games, compare_games
+    from twinrun.core.compare.load import load_game_table, load_game_tables, load_summary_csv, load_summary_tables
+    from twinrun.core.compare.render import COMPARE_SCHEMA_VERSION, to_json
+    from twinrun.core.compare.summary import SUMMARY_SKIPPED_ALWAYS, analyse_summaries, compare_summaries
+    from twinrun.core.compare.synthetic import synthetic_game_table
+    from twinrun.core.compare.transfer import compare_across
+    from twinrun.core.compare.verdict import AGREE, CO_MOVE, DIFFER, NO_EVIDENCE, VERDICTS, decide
 
 __all__ = [
     "AGREE", "CO_MOVE", "COMPARE_SCHEMA_VERSION", "DIFFER", "NO_EVIDENCE", "VERDICTS", "decide", "SUMMARY_SKIPPED_ALWAYS", "ArmInfo", "CompareError",
     "CompareSettings", "GameTable", "SummaryTable", "compare", "compare_games", "compare_summaries",
     "compare_across", "load_game_table", "load_game_tables", "load_summary_csv", "load_summary_tables", "synthetic_game_table", "to_json",
 ]
+
+# Names loaded on first use: the statistics modules pull scipy, and the CLI imports the settings (.model) at
+# start-up to build compare's options from them, so importing this package must stay as light as .model
+_LAZY = {
+    "analyse_games": "games", "compare_games": "games",
+    "load_game_table": "load", "load_game_tables": "load", "load_summary_csv": "load", "load_summary_tables": "load",
+    "COMPARE_SCHEMA_VERSION": "render", "to_json": "render",
+    "SUMMARY_SKIPPED_ALWAYS": "summary", "analyse_summaries": "summary", "compare_summaries": "summary",
+    "synthetic_game_table": "synthetic", "compare_across": "transfer",
+    "AGREE": "verdict", "CO_MOVE": "verdict", "DIFFER": "verdict", "NO_EVIDENCE": "verdict", "VERDICTS": "verdict",
+    "decide": "verdict",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def compare(inputs: Sequence[str | Path], baseline: str = "baseline", settings: CompareSettings | None = None) -> dict[str, Any]:
@@ -72,6 +101,11 @@ def compare(inputs: Sequence[str | Path], baseline: str = "baseline", settings: 
 
     Returns the JSON-able result (`--json` prints it; `write_report` renders it; docs/compare-json.md documents it).
     """
+    from twinrun.core.compare.games import analyse_games, compare_games
+    from twinrun.core.compare.load import load_game_table, load_game_tables, load_summary_csv, load_summary_tables
+    from twinrun.core.compare.summary import analyse_summaries, compare_summaries
+    from twinrun.core.compare.transfer import compare_across
+
     settings = settings or CompareSettings()
     if not inputs:
         raise CompareError("inputs: none given (fix: pass a sweep --out folder, arm .jsonl files or a summary .csv)")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from itertools import combinations
 from typing import Any
 
@@ -74,244 +75,335 @@ def _plans(table: GameTable) -> tuple[bool | None, str]:
     return False, table.crossed_why
 
 
-def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) -> Analysis:
+@dataclass
+class _StreamArms:
+    """The arms against the baseline stream by stream, and their (run, checkpoint) cells: what every stream mode
+    starts from. Per stream arm, conditional on its stream: the paired lift over the pooled baseline and the exact
+    McNemar against the baseline stream of the same id (else stream 0)."""
+
+    base_rows: list[int]  # the baseline's streams (rows of the table)
+    yb: np.ndarray  # [S, G] their outcomes
+    bpool: np.ndarray  # [G] the baseline pooled over its streams, game by game (NaN: none measured)
+    arms: list[ArmInfo]  # the other arms, one per stream (groups applied)
+    ya: np.ndarray  # [A, G] their outcomes
+    w: np.ndarray  # [B, G] bootstrap counts of each game
+    ones: np.ndarray  # [1, G] the point estimate's weights
+    mask: np.ndarray  # [A, G] measured in the arm and the pooled baseline
+    diff: np.ndarray  # [A, G] arm - pooled baseline (0 where not measured)
+    lift_arm: np.ndarray  # [A]
+    boot_arm: np.ndarray  # [B, A]
+    b_arm: np.ndarray
+    c_arm: np.ndarray
+    n_pairs: np.ndarray
+    p_cond: np.ndarray
+    keys: list[tuple[str, int | None]]  # the cells (run, checkpoint) in run and step order
+    cells: list[list[int]]  # each cell's stream arms (indices into arms), by stream id
+    reps: list[ArmInfo]  # a cell under its own name (no stream suffix)
+    n_str: np.ndarray  # measured streams per cell
+    m_games: float  # games per stream arm measured against the baseline (mean)
+
+    @property
+    def n_games(self) -> int:
+        return int(self.ya.shape[1])
+
+
+def _stream_arms(table: GameTable, baseline: str, settings: CompareSettings, rng: np.random.Generator) -> _StreamArms:
+    """The stream arms against the baseline (see _StreamArms); the generator's first draws are the games' bootstrap
+    counts."""
     base_rows = baseline_streams(table.arms, baseline)
     y = table.outcomes
     yb = y[base_rows]
     n_games = y.shape[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a game no baseline stream measured: NaN, as wanted
-        bpool = np.nanmean(yb, axis=0)  # the baseline pooled over its streams, game by game (NaN: none measured)
+        bpool = np.nanmean(yb, axis=0)
     others = [i for i in range(len(table.arms)) if i not in base_rows]
     arms = [table.arms[i] for i in others]
     frameworks.apply_groups(arms, settings)
     ya = y[others]
-    rng = np.random.default_rng(settings.seed)
     w = cs.index_counts(cs.resample_indices(n_games, settings.n_boot, rng), n_games)
     ones = np.ones((1, n_games))
-
-    # per stream arm, conditional on its stream: paired lift over the pooled baseline, exact McNemar against the
-    # baseline stream of the same id (else stream 0)
     mask = ~np.isnan(ya) & ~np.isnan(bpool)[None, :]
     diff = np.where(mask, np.nan_to_num(ya) - np.nan_to_num(bpool)[None, :], 0.0)
     lift_arm = cs.weighted_means(diff, mask, ones)[0]
-    boot_arm = cs.weighted_means(diff, mask, w)
     base_rep = {table.arms[i].replicate: i for i in base_rows}
     matched = np.vstack([y[base_rep.get(a.replicate, base_rows[0])] for a in arms]) if arms else np.zeros((0, n_games))
     pcs = [cs.paired_counts(ya[j:j + 1], matched[j]) for j in range(len(arms))]
     b_arm = np.array([int(p.b[0]) for p in pcs])
     c_arm = np.array([int(p.c[0]) for p in pcs])
-    n_pairs = np.array([int(p.n_pairs[0]) for p in pcs])
-    p_cond = cs.mcnemar_exact_many(b_arm, c_arm)
+    keys, cells = _cells(arms)
+    return _StreamArms(
+        base_rows=base_rows, yb=yb, bpool=bpool, arms=arms, ya=ya, w=w, ones=ones, mask=mask, diff=diff,
+        lift_arm=lift_arm, boot_arm=cs.weighted_means(diff, mask, w), b_arm=b_arm, c_arm=c_arm,
+        n_pairs=np.array([int(p.n_pairs[0]) for p in pcs]), p_cond=cs.mcnemar_exact_many(b_arm, c_arm),
+        keys=keys, cells=cells, reps=[_named(arms[c[0]]) for c in cells],
+        n_str=np.array([int(np.isfinite(lift_arm[c]).sum()) for c in cells], dtype=np.int64),
+        m_games=float(np.mean(mask.sum(axis=1))) if arms else float(n_games))
 
-    # cells: (run, checkpoint) -> its stream arms (by stream id)
+
+def _cells(arms: list[ArmInfo]) -> tuple[list[tuple[str, int | None]], list[list[int]]]:
+    """The (run, checkpoint) cells in run and step order, and each cell's stream arms by stream id."""
     cell_of: dict[tuple[str, int | None], list[int]] = {}
     for j, a in enumerate(arms):
         if a.role == "checkpoint" and a.run is not None:
             cell_of.setdefault((a.run, None if a.checkpoint is None else int(a.checkpoint)), []).append(j)
     keys = sorted(cell_of, key=lambda k: (k[0], k[1] is None, k[1] or 0))
-    cells = [sorted(cell_of[k], key=lambda j: arms[j].replicate) for k in keys]
-    reps = [_named(arms[c[0]]) for c in cells]  # a cell under its own name (no stream suffix)
-    n_str = np.array([int(np.isfinite(lift_arm[c]).sum()) for c in cells], dtype=np.int64)
-    stream_mode = bool(n_str.size and n_str.max() >= 2)
-    stated = settings.stream_icc
-    m_games = float(np.mean(mask.sum(axis=1))) if arms else float(n_games)
-    fams = families.assign(reps, settings)
-    fam_size = families.sizes(fams)
-    alpha_arm = families.per_arm_alpha(fams, settings)
-    base_means = np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in yb])
-    base_dev, var_b, df_b = st.baseline_draws(base_means[np.isfinite(base_means)], n_games, settings.n_boot, rng)
-    icc = st.stream_icc([ya[c] for c in cells], settings.level) if stream_mode else None
-    models: dict[str, st.CellModel] = {}
-    su2 = 0.0  # a stated ICC's stream variance of one arm's lift (one stream per arm)
-    boot_game = np.zeros((settings.n_boot, 0))
-    lift = np.full(len(cells), np.nan)
-    boot = np.full((settings.n_boot, len(cells)), np.nan)
-    pvals = np.full(len(cells), np.nan)
-    se = np.full(len(cells), np.nan)
-    dfs = np.full(len(cells), np.nan)
-    deff_stated = st.deff(stated, m_games) if stated is not None else None
-    design = blk.Design(False, None, table.crossed_why)
-    if stream_mode:
-        for run in sorted({k[0] for k in keys}):
-            idx = [i for i, k in enumerate(keys) if k[0] == run]
-            models[run] = st.cell_model([lift_arm[cells[i]][np.isfinite(lift_arm[cells[i]])] for i in idx])
-        s2_all, df_all = st.pooled(list(models.values()))
-        for run, model in models.items():
-            if not model.ok:  # a run played with one stream among runs with several: the others' variance
-                models[run] = st.CellModel(model.means, model.n, s2_all, df_all)
-        # crossed streams (sweep.json's shared stream plans): stream r is a block of each run; contrasts within a
-        # run are tested against the residual after the blocks, a cell's level keeps the nested variance
-        run_cells: dict[str, list[dict[int, float]]] = {}
-        for i, key in enumerate(keys):
-            run_cells.setdefault(key[0], []).append({arms[j].replicate: float(lift_arm[j]) for j in cells[i]})
-        design = blk.choose(table.crossed, table.crossed_why, settings.stream_design, run_cells, settings.level)
-        if design.blocked:
-            for run, fit in design.fits.items():
-                nested = models[run]
-                models[run] = st.CellModel(fit.means, nested.n, fit.ss_e / fit.df_e, fit.df_e,
-                                           level_s2=nested.s2, level_df=nested.df, blocked=True)
-        for run, model in models.items():
-            idx = np.array([i for i, k in enumerate(keys) if k[0] == run])
-            lift[idx] = model.means
-            boot[:, idx] = st.draw_means(model, settings.n_boot, rng) - base_dev[:, None]
-            va = model.s2_level / np.maximum(model.n, 1)  # a lift keeps the block: the within-cell variance
-            _, dfs[idx], pvals[idx] = st.welch_t(model.means, va, model.df_level, var_b, df_b)
-            se[idx] = np.sqrt(va + var_b)
-        mde = st.mde_t(se, dfs, alpha_arm, settings.power)
-        test = ("Welch t of the cell's stream lifts against 0 (between-stream variance pooled over the run's cells, "
-                "plus the pooled baseline's)")
-        # the interval is the Welch test's own (lift +- t(df) se), so it excludes 0 exactly when p < 1 - level: the
-        # parametric draws (kept for r and the peak, which need joint draws) gave [-16, +61] pp beside p 0.04 on the
-        # demo, their 2-stream baseline's variance drawn at 1 degree of freedom where Welch pools the df
-        ci_method = "Welch t interval of the cell's stream lifts (lift +- t(df) se, the test's df and se)"
-        mde_method = "noncentral t power at the family's per-arm level, the stream variance as estimated"
-    else:
-        rep_idx = np.array([c[0] for c in cells], dtype=np.int64)
-        lift = lift_arm[rep_idx]
-        boot = boot_arm[:, rep_idx] if rep_idx.size else np.zeros((settings.n_boot, 0))
-        boot_game = boot
-        p_disc = (b_arm + c_arm)[rep_idx] / np.maximum(n_pairs[rep_idx], 1)
-        if stated is None:
-            pvals = p_cond[rep_idx]
-            mde = pw.mde_mcnemar_exact(n_pairs[rep_idx], p_disc, alpha_arm, settings.power)
-            test = "exact McNemar (binomial on b, c), conditional on the stream"
-            ci_method = "paired bootstrap over games, conditional on the stream"
-            mde_method = "exact McNemar power at the family's per-arm level, discordance as observed, conditional on the stream"
-        else:
-            # a stated ICC: each arm's stream adds sigma2_u = rho / (1 - rho) sigma2_e to its lift (the baseline has
-            # no memory), drawn independently per arm; sigma2_e from the arms x games residual (games removed)
-            su2 = float(st.stated_stream_variance(stated, st.residual_game_variance(ya[rep_idx])))
-            boot = boot + rng.normal(size=boot.shape) * math.sqrt(su2)
-            sd = np.sqrt(np.nanvar(boot_game[:, :], axis=0, ddof=1) + su2) if rep_idx.size else np.zeros(0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                pvals = 2.0 * stats.norm.sf(np.abs(lift) / sd)
-            mde = (stats.norm.ppf(1 - alpha_arm / 2) + stats.norm.ppf(settings.power)) * sd
-            test = (f"z on the paired lift: bootstrap variance over games plus the stream variance of the stated ICC "
-                    f"{stated:g} (DEFF {deff_stated:.2f})")
-            ci_method = "paired bootstrap over games plus draws of the stated stream variance"
-            mde_method = "normal power at the family's per-arm level, the stated stream variance included"
-    if stream_mode:  # the Welch test's own interval (see ci_method above)
-        with np.errstate(invalid="ignore"):
-            half = stats.t.ppf(1 - (1 - settings.level) / 2, dfs) * se
-        lo, hi = lift - half, lift + half
-    else:
-        lo, hi = cs.percentile_ci(boot, settings.level)
-    adj = cs.adjust_pvalues(pvals, fams)
+    return keys, [sorted(cell_of[k], key=lambda j: arms[j].replicate) for k in keys]
 
-    base_mask = ~np.isnan(bpool)
-    base_rate = float(np.nanmean(bpool)) if base_mask.any() else float("nan")
-    boot_base = cs.weighted_means(np.nan_to_num(bpool)[None, :], base_mask[None, :], w)[:, 0]
-    blo, bhi = cs.percentile_ci(boot_base, settings.level)
+
+@dataclass
+class _CellStats:
+    """Each cell's lift against the baseline, its draws, test, interval and minimum detectable lift, as one stream
+    mode computes them."""
+
+    lift: np.ndarray  # [K]
+    boot: np.ndarray  # [B, K] draws of the lifts (game resamples, or the stream model's parametric draws)
+    pvals: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    mde: np.ndarray
+    test: str
+    ci_method: str
+    mde_method: str
+    models: dict[str, st.CellModel] = field(default_factory=dict)  # streams: run -> its cells' stream model
+    design: blk.Design | None = None  # streams: nested or crossed (blocked)
+    su2: float = 0.0  # one stream with a stated ICC: the stream variance of one arm's lift
+
+
+def _nested_models(sa: _StreamArms) -> dict[str, st.CellModel]:
+    """Streams as nested replicates: run -> the stream model of its cells; a run played with one stream among runs
+    with several takes the others' pooled variance."""
+    models: dict[str, st.CellModel] = {}
+    for run in sorted({k[0] for k in sa.keys}):
+        idx = [i for i, k in enumerate(sa.keys) if k[0] == run]
+        models[run] = st.cell_model([sa.lift_arm[sa.cells[i]][np.isfinite(sa.lift_arm[sa.cells[i]])] for i in idx])
+    s2_all, df_all = st.pooled(list(models.values()))
+    for run, model in models.items():
+        if not model.ok:
+            models[run] = st.CellModel(model.means, model.n, s2_all, df_all)
+    return models
+
+
+def _crossed_models(sa: _StreamArms, models: dict[str, st.CellModel], table: GameTable,
+                    settings: CompareSettings) -> tuple[dict[str, st.CellModel], blk.Design]:
+    """Crossed streams (sweep.json's shared stream plans): stream r is a block of each run; contrasts within a run
+    are tested against the residual after the blocks, a cell's level keeps the nested variance. Where the design is
+    not blocked (nested streams, or stated so) the nested models stand."""
+    run_cells: dict[str, list[dict[int, float]]] = {}
+    for i, key in enumerate(sa.keys):
+        run_cells.setdefault(key[0], []).append({sa.arms[j].replicate: float(sa.lift_arm[j]) for j in sa.cells[i]})
+    design = blk.choose(table.crossed, table.crossed_why, settings.stream_design, run_cells, settings.level)
+    if design.blocked:
+        models = dict(models)
+        for run, fit in design.fits.items():
+            nested = models[run]
+            models[run] = st.CellModel(fit.means, nested.n, fit.ss_e / fit.df_e, fit.df_e,
+                                       level_s2=nested.s2, level_df=nested.df, blocked=True)
+    return models, design
+
+
+def _streams_cells(sa: _StreamArms, table: GameTable, settings: CompareSettings, rng: np.random.Generator,
+                   baseline_draws: tuple[np.ndarray, float, float], alpha_arm: np.ndarray) -> _CellStats:
+    """Two or more streams per cell: each cell's lift tested against the variance between its streams (nested,
+    or the residual after the stream blocks where they were crossed), plus the pooled baseline's."""
+    models, design = _crossed_models(sa, _nested_models(sa), table, settings)
+    base_dev, var_b, df_b = baseline_draws
+    k = len(sa.cells)
+    lift, pvals, se, dfs = (np.full(k, np.nan) for _ in range(4))
+    boot = np.full((settings.n_boot, k), np.nan)
+    for run, model in models.items():
+        idx = np.array([i for i, key in enumerate(sa.keys) if key[0] == run])
+        lift[idx] = model.means
+        boot[:, idx] = st.draw_means(model, settings.n_boot, rng) - base_dev[:, None]
+        va = model.s2_level / np.maximum(model.n, 1)  # a lift keeps the block: the within-cell variance
+        _, dfs[idx], pvals[idx] = st.welch_t(model.means, va, model.df_level, var_b, df_b)
+        se[idx] = np.sqrt(va + var_b)
+    # the interval is the Welch test's own (lift +- t(df) se), so it excludes 0 exactly when p < 1 - level: the
+    # parametric draws (kept for r and the peak, which need joint draws) gave [-16, +61] pp beside p 0.04 on the
+    # demo, their 2-stream baseline's variance drawn at 1 degree of freedom where Welch pools the df
+    with np.errstate(invalid="ignore"):
+        half = stats.t.ppf(1 - (1 - settings.level) / 2, dfs) * se
+    return _CellStats(
+        lift, boot, pvals, lift - half, lift + half, st.mde_t(se, dfs, alpha_arm, settings.power),
+        test=("Welch t of the cell's stream lifts against 0 (between-stream variance pooled over the run's cells, "
+              "plus the pooled baseline's)"),
+        ci_method="Welch t interval of the cell's stream lifts (lift +- t(df) se, the test's df and se)",
+        mde_method="noncentral t power at the family's per-arm level, the stream variance as estimated",
+        models=models, design=design)
+
+
+def _one_stream_cells(sa: _StreamArms, settings: CompareSettings, rng: np.random.Generator,
+                      alpha_arm: np.ndarray) -> _CellStats:
+    """One stream per cell: the paired lift over games, conditional on the stream (exact McNemar); with a stated
+    ICC, each arm's stream adds sigma2_u = rho / (1 - rho) sigma2_e to its lift (the baseline has no memory),
+    drawn independently per arm, sigma2_e from the arms x games residual (games removed)."""
+    rep_idx = np.array([c[0] for c in sa.cells], dtype=np.int64)
+    lift = sa.lift_arm[rep_idx]
+    boot = sa.boot_arm[:, rep_idx] if rep_idx.size else np.zeros((settings.n_boot, 0))
+    stated = settings.stream_icc
+    if stated is None:
+        p_disc = (sa.b_arm + sa.c_arm)[rep_idx] / np.maximum(sa.n_pairs[rep_idx], 1)
+        lo, hi = cs.percentile_ci(boot, settings.level)
+        return _CellStats(
+            lift, boot, sa.p_cond[rep_idx], lo, hi,
+            pw.mde_mcnemar_exact(sa.n_pairs[rep_idx], p_disc, alpha_arm, settings.power),
+            test="exact McNemar (binomial on b, c), conditional on the stream",
+            ci_method="paired bootstrap over games, conditional on the stream",
+            mde_method="exact McNemar power at the family's per-arm level, discordance as observed, conditional on "
+                       "the stream")
+    su2 = float(st.stated_stream_variance(stated, st.residual_game_variance(sa.ya[rep_idx])))
+    boot_game = boot
+    boot = boot + rng.normal(size=boot.shape) * math.sqrt(su2)
+    sd = np.sqrt(np.nanvar(boot_game[:, :], axis=0, ddof=1) + su2) if rep_idx.size else np.zeros(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pvals = 2.0 * stats.norm.sf(np.abs(lift) / sd)
+    lo, hi = cs.percentile_ci(boot, settings.level)
+    return _CellStats(
+        lift, boot, pvals, lo, hi, (stats.norm.ppf(1 - alpha_arm / 2) + stats.norm.ppf(settings.power)) * sd,
+        test=(f"z on the paired lift: bootstrap variance over games plus the stream variance of the stated ICC "
+              f"{stated:g} (DEFF {st.deff(stated, sa.m_games):.2f})"),
+        ci_method="paired bootstrap over games plus draws of the stated stream variance",
+        mde_method="normal power at the family's per-arm level, the stated stream variance included", su2=su2)
+
+
+def _unmeasured_flags(table: GameTable, sa: _StreamArms, settings: CompareSettings) -> list[str]:
+    """One line per arm (baseline streams first) with too large an unmeasured share or games not played."""
+    n_games = sa.n_games
     flags: list[str] = []
-    for a in [*(table.arms[i] for i in base_rows), *arms]:
+    for a in [*(table.arms[i] for i in sa.base_rows), *sa.arms]:
         share = a.n_unmeasured / max(n_games - a.n_missing, 1)
         if share > settings.max_unmeasured_share:
             flags.append(f"{a.name}: {a.n_unmeasured} of {n_games - a.n_missing} rows unmeasured ({share:.0%} > "
                          f"{settings.max_unmeasured_share:.0%}); its lift may be biased by which games failed")
         if a.n_missing:
             flags.append(f"{a.name}: {a.n_missing} of {n_games} games not played (sweep incomplete; rerun to resume)")
+    return flags
 
-    stream_rows = []
-    clo, chi = cs.percentile_ci(boot_arm, settings.level)
-    for j, a in enumerate(arms):
-        measured = int((~np.isnan(ya[j])).sum())
-        stream_rows.append({
+
+def _baseline_summary(table: GameTable, sa: _StreamArms, baseline: str, level: float) -> dict[str, Any]:
+    base_mask = ~np.isnan(sa.bpool)
+    boot_base = cs.weighted_means(np.nan_to_num(sa.bpool)[None, :], base_mask[None, :], sa.w)[:, 0]
+    blo, bhi = cs.percentile_ci(boot_base, level)
+    return {"arm": baseline, "streams": len(sa.base_rows), "n_measured": int(base_mask.sum()),
+            "n_unmeasured": sum(table.arms[i].n_unmeasured for i in sa.base_rows),
+            "n_missing": min(table.arms[i].n_missing for i in sa.base_rows),
+            "success_rate": float(np.nanmean(sa.bpool)) if base_mask.any() else float("nan"), "ci": [blo, bhi]}
+
+
+def _stream_rows(sa: _StreamArms, flags: list[str], level: float) -> list[dict[str, Any]]:
+    """One row per stream arm: its lift and McNemar conditional on its stream."""
+    clo, chi = cs.percentile_ci(sa.boot_arm, level)
+    rows = []
+    for j, a in enumerate(sa.arms):
+        measured = int((~np.isnan(sa.ya[j])).sum())
+        rows.append({
             "arm": a.name, "run": a.run, "checkpoint": a.checkpoint, "stream": a.replicate, "role": a.role,
             "n_measured": measured, "n_unmeasured": a.n_unmeasured, "n_missing": a.n_missing,
-            "success_rate": float(np.nanmean(ya[j])) if measured else None, "lift": lift_arm[j],
+            "success_rate": float(np.nanmean(sa.ya[j])) if measured else None, "lift": sa.lift_arm[j],
             "lift_ci_conditional": [clo[j], chi[j]],
-            "b": int(b_arm[j]), "c": int(c_arm[j]), "p_conditional": p_cond[j],
+            "b": int(sa.b_arm[j]), "c": int(sa.c_arm[j]), "p_conditional": sa.p_cond[j],
             "flagged": any(f.startswith(a.name + ":") for f in flags),
         })
-    arm_rows = []
-    for i, a in enumerate(reps):
-        js = cells[i]
-        measured = int(sum((~np.isnan(ya[j])).sum() for j in js))
-        unmeas = sum(arms[j].n_unmeasured for j in js)
-        missing = sum(arms[j].n_missing for j in js)
+    return rows
+
+
+def _cell_rows(sa: _StreamArms, cst: _CellStats, fams: list[str | None], adj: dict[str, np.ndarray],
+               alpha_arm: np.ndarray, flags: list[str], base_rate: float, conditional: bool) -> list[dict[str, Any]]:
+    """One row per cell (the result's "arms"): its lift, test, adjusted p-values and minimum detectable lift."""
+    n_games, fam_size = sa.n_games, families.sizes(fams)
+    rows = []
+    for i, a in enumerate(sa.reps):
+        js = sa.cells[i]
+        measured = int(sum((~np.isnan(sa.ya[j])).sum() for j in js))
+        unmeas = sum(sa.arms[j].n_unmeasured for j in js)
+        missing = sum(sa.arms[j].n_missing for j in js)
         one = len(js) == 1
-        arm_rows.append({
+        rows.append({
             "arm": a.name, "run": a.run, "checkpoint": a.checkpoint, "streams": len(js),
-            "stream_arms": [arms[j].name for j in js], "role": a.role,
+            "stream_arms": [sa.arms[j].name for j in js], "role": a.role,
             "framework": a.framework, "seed": a.seed, "checkpoint_hash": a.checkpoint_hash,
             "family": fams[i], "family_size": fam_size.get(fams[i]) if fams[i] else None,
             "n_games": n_games, "n_measured": measured, "n_unmeasured": unmeas, "n_missing": missing,
             "unmeasured_share": unmeas / max(len(js) * n_games - missing, 1),
-            "flagged": any(f.startswith(arms[j].name + ":") for j in js for f in flags),
-            "n_pairs": int(n_pairs[js].sum()),
-            "success_rate": float(np.nanmean(ya[js])) if measured else None,
+            "flagged": any(f.startswith(sa.arms[j].name + ":") for j in js for f in flags),
+            "n_pairs": int(sa.n_pairs[js].sum()),
+            "success_rate": float(np.nanmean(sa.ya[js])) if measured else None,
             "baseline_rate_paired": base_rate,
-            "lift": lift[i], "lift_ci": [lo[i], hi[i]], "ci_method": ci_method,
-            "b": int(b_arm[js[0]]) if one else None, "c": int(c_arm[js[0]]) if one else None, "test": test,
-            "p_value": pvals[i], "p_conditional_on_stream": bool(not stream_mode and stated is None),
+            "lift": cst.lift[i], "lift_ci": [cst.lo[i], cst.hi[i]], "ci_method": cst.ci_method,
+            "b": int(sa.b_arm[js[0]]) if one else None, "c": int(sa.c_arm[js[0]]) if one else None, "test": cst.test,
+            "p_value": cst.pvals[i], "p_conditional_on_stream": conditional,
             "p_holm": adj["holm"][i], "p_bh": adj["bh"][i], "p_bonferroni": adj["bonferroni"][i],
-            "mde": mde[i], "mde_alpha": alpha_arm[i], "mde_method": mde_method,
+            "mde": cst.mde[i], "mde_alpha": alpha_arm[i], "mde_method": cst.mde_method,
         })
+    return rows
 
-    fold_rng = np.random.default_rng([settings.seed, 1])
-    fold = (fold_rng.permutation(n_games) < n_games // 2).astype(np.int64)
 
-    def per_run(jj: np.ndarray) -> dict[str, Any]:
-        run = reps[jj[0]].run
-        out: dict[str, Any] = {}
-        if len(jj) < 2:
-            return out
-        if stream_mode:
-            model = models[run]  # type: ignore[index]
-            out["checkpoint_effect"] = st.oneway_f(model)
-            out["cochran_q"] = None
-            res = shape.best_vs_final(lift[jj], boot[:, jj], settings.level)
-            out["final_vs_peak"] = {
-                "method": "comparisons of the final checkpoint with every other, simultaneous one-sided max-t on the "
-                          "stream model's draws", "estimate": None, "best_minus_final_lower": res["best_minus_final_lower"],
-                "p_value": res["p_value"], "below_peak": res["below"]}
-            halves = [np.array([np.nanmean(lift_arm[[j for j in cells[i] if arms[j].replicate % 2 == h]])
-                                if any(arms[j].replicate % 2 == h for j in cells[i]) else np.nan for i in jj])
-                      for h in (0, 1)]
-            ok = np.isfinite(halves[0]) & np.isfinite(halves[1])
-            if ok.sum() >= 3:
-                out["test_retest"] = {"r": float(cs.row_pearson(halves[0][ok], halves[1][ok])), "ci": [None, None],
-                                      "method": "split-half: the mean curve of even streams against that of odd "
-                                                "streams", "checkpoints": [int(reps[i].checkpoint) for i in jj[ok]]}
-            return out
-        rep = np.array([cells[i][0] for i in jj])
-        q = cs.cochran_q(ya[rep].T)
-        if q is not None:
-            q["conditional_on_stream"] = stated is None
-            if stated is not None:
-                q["statistic"] = q["statistic"] / deff_stated
-                q["p_value"] = float(stats.chi2.sf(q["statistic"], q["df"]))
-                q["note"] = f"divided by the stated design effect {deff_stated:.2f}"
-        out["cochran_q"] = q
-        est = float(shape.crossfit_final_vs_peak(diff[rep], mask[rep], ones, fold, fold_rng)[0])
-        fb = shape.crossfit_final_vs_peak(diff[rep], mask[rep], w, fold, fold_rng)
-        if stated is not None:  # the final and the peak arm: two streams' variance
-            fb = fb + rng.normal(size=fb.shape) * math.sqrt(2.0 * su2)
-        ci_lo, ci_hi = cs.percentile_ci(fb, settings.level)
-        out["final_vs_peak"] = {"method": "cross-fitted: the peak picked on one half of the games, its lift taken on "
-                                          "the other half, both ways, averaged; paired bootstrap over games"
-                                          + (", conditional on the stream" if stated is None
-                                             else ", plus the stated stream variance of two arms"),
-                                "estimate": est, "ci": [ci_lo, ci_hi], "below_peak": bool(ci_hi < 0)}
-        return out
+def _streams_run_shape(jj: np.ndarray, *, sa: _StreamArms, cst: _CellStats, level: float) -> dict[str, Any]:
+    """A run's entries from its stream model (streams): the checkpoint effect, final vs peak on the model's draws,
+    and a split-half test-retest of its curve."""
+    if len(jj) < 2:
+        return {}
+    out: dict[str, Any] = {"checkpoint_effect": st.oneway_f(cst.models[sa.reps[jj[0]].run]), "cochran_q": None}  # type: ignore[index]
+    res = shape.best_vs_final(cst.lift[jj], cst.boot[:, jj], level)
+    out["final_vs_peak"] = {
+        "method": "comparisons of the final checkpoint with every other, simultaneous one-sided max-t on the "
+                  "stream model's draws", "estimate": None, "best_minus_final_lower": res["best_minus_final_lower"],
+        "p_value": res["p_value"], "below_peak": res["below"]}
+    arms, cells = sa.arms, sa.cells
+    halves = [np.array([np.nanmean(sa.lift_arm[[j for j in cells[i] if arms[j].replicate % 2 == h]])
+                        if any(arms[j].replicate % 2 == h for j in cells[i]) else np.nan for i in jj])
+              for h in (0, 1)]
+    ok = np.isfinite(halves[0]) & np.isfinite(halves[1])
+    if ok.sum() >= 3:
+        out["test_retest"] = {"r": float(cs.row_pearson(halves[0][ok], halves[1][ok])), "ci": [None, None],
+                              "method": "split-half: the mean curve of even streams against that of odd "
+                                        "streams", "checkpoints": [int(sa.reps[i].checkpoint) for i in jj[ok]]}
+    return out
 
-    runs, curves = run_curves(reps, lift, boot, settings, rng, adj_holm=adj["holm"], per_run=per_run,
-                              models=models, streams=n_str, lift_ci=(lo, hi) if stream_mode else None)
-    confounded = frameworks.is_confounded(curves)
-    combos = list(combinations(sorted(curves), 2))
-    items = [_pair_games(curves[ra], curves[rb], n_games, settings, confounded, icc, m_games, len(combos),
-                         su2, [diff[c[0]] for c in cells], [mask[c[0]] for c in cells])
-             for ra, rb in combos]
-    pairs = finish_pairs(items, settings)
-    streams_out = {
+
+def _one_stream_run_shape(jj: np.ndarray, *, sa: _StreamArms, cst: _CellStats, settings: CompareSettings,
+                          rng: np.random.Generator, fold: np.ndarray, fold_rng: np.random.Generator) -> dict[str, Any]:
+    """A run's entries from its games (one stream): Cochran's Q over its checkpoints and the cross-fitted final vs
+    peak, conditional on the stream or with the stated stream variance."""
+    if len(jj) < 2:
+        return {}
+    stated = settings.stream_icc
+    rep = np.array([sa.cells[i][0] for i in jj])
+    q = cs.cochran_q(sa.ya[rep].T)
+    if q is not None:
+        q["conditional_on_stream"] = stated is None
+        if stated is not None:
+            deff = st.deff(stated, sa.m_games)
+            q["statistic"] = q["statistic"] / deff
+            q["p_value"] = float(stats.chi2.sf(q["statistic"], q["df"]))
+            q["note"] = f"divided by the stated design effect {deff:.2f}"
+    est = float(shape.crossfit_final_vs_peak(sa.diff[rep], sa.mask[rep], sa.ones, fold, fold_rng)[0])
+    fb = shape.crossfit_final_vs_peak(sa.diff[rep], sa.mask[rep], sa.w, fold, fold_rng)
+    if stated is not None:  # the final and the peak arm: two streams' variance
+        fb = fb + rng.normal(size=fb.shape) * math.sqrt(2.0 * cst.su2)
+    ci_lo, ci_hi = cs.percentile_ci(fb, settings.level)
+    return {"cochran_q": q, "final_vs_peak": {
+        "method": "cross-fitted: the peak picked on one half of the games, its lift taken on the other half, both "
+                  "ways, averaged; paired bootstrap over games"
+                  + (", conditional on the stream" if stated is None else ", plus the stated stream variance of two arms"),
+        "estimate": est, "ci": [ci_lo, ci_hi], "below_peak": bool(ci_hi < 0)}}
+
+
+def _streams_summary(sa: _StreamArms, cst: _CellStats, icc: dict[str, Any] | None, table: GameTable,
+                     settings: CompareSettings) -> dict[str, Any]:
+    """The result's "streams": the mode, the streams per cell, the correlation and the design."""
+    stream_mode, stated, m_games = cst.design is not None, settings.stream_icc, sa.m_games
+    deff_stated = st.deff(stated, m_games) if stated is not None else None
+    design = cst.design if cst.design is not None else blk.Design(False, None, table.crossed_why)
+    n_str, n_base = sa.n_str, len(sa.base_rows)
+    return {
         "mode": "streams" if stream_mode else "one stream",
         "streams_per_cell": {"min": int(n_str.min()) if n_str.size else 0, "max": int(n_str.max()) if n_str.size else 0},
-        "baseline_streams": len(base_rows), "games_per_stream": m_games,
+        "baseline_streams": n_base, "games_per_stream": m_games,
         "icc": icc, "stated_icc": stated, "stated_deff": deff_stated,
         "design": "crossed" if design.blocked else "nested", "design_why": design.why, "blocks": design.summary,
         "baseline_pairing": ("each stream's lift is paired game by game with the baseline pooled over its "
-                             f"{len(base_rows)} stream(s) (the baseline has no skill memory)"),
+                             f"{n_base} stream(s) (the baseline has no skill memory)"),
         "note": ("" if stream_mode else
                  ("one stream per arm: the intra-stream correlation cannot be estimated; per-arm p-values are "
                   "conditional on the stream, and no shape claim is made (state a pilot's --stream-icc, or sweep "
@@ -320,24 +412,56 @@ def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) ->
                  f"one stream per arm with a stated intra-stream correlation {stated:g}: every variance x DEFF "
                  f"{deff_stated:.2f} at {m_games:.0f} games per stream"),
     }
+
+
+def analyse_games(table: GameTable, baseline: str, settings: CompareSettings) -> Analysis:
+    """Every statistic on per-game outcomes: the stream arms against the baseline, each cell by its stream mode
+    (two or more streams: nested or crossed; one stream: conditional, or with a stated ICC), the runs' curves,
+    the pairs and the frameworks."""
+    rng = np.random.default_rng(settings.seed)
+    sa = _stream_arms(table, baseline, settings, rng)
+    stream_mode = bool(sa.n_str.size and sa.n_str.max() >= 2)
+    fams = families.assign(sa.reps, settings)
+    alpha_arm = families.per_arm_alpha(fams, settings)
+    base_means = np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in sa.yb])
+    # drawn in every mode (the stream model uses them): the generator's later draws follow these
+    baseline_draws = st.baseline_draws(base_means[np.isfinite(base_means)], sa.n_games, settings.n_boot, rng)
+    icc = st.stream_icc([sa.ya[c] for c in sa.cells], settings.level) if stream_mode else None
+    if stream_mode:
+        cst = _streams_cells(sa, table, settings, rng, baseline_draws, alpha_arm)
+        per_run = partial(_streams_run_shape, sa=sa, cst=cst, level=settings.level)
+    else:
+        cst = _one_stream_cells(sa, settings, rng, alpha_arm)
+        fold_rng = np.random.default_rng([settings.seed, 1])
+        fold = (fold_rng.permutation(sa.n_games) < sa.n_games // 2).astype(np.int64)
+        per_run = partial(_one_stream_run_shape, sa=sa, cst=cst, settings=settings, rng=rng, fold=fold,
+                          fold_rng=fold_rng)
+    adj = cs.adjust_pvalues(cst.pvals, fams)
+    base = _baseline_summary(table, sa, baseline, settings.level)
+    flags = _unmeasured_flags(table, sa, settings)
+    arm_rows = _cell_rows(sa, cst, fams, adj, alpha_arm, flags, base["success_rate"],
+                          conditional=bool(not stream_mode and settings.stream_icc is None))
+    runs, curves = run_curves(sa.reps, cst.lift, cst.boot, settings, rng, adj_holm=adj["holm"], per_run=per_run,
+                              models=cst.models, streams=sa.n_str, lift_ci=(cst.lo, cst.hi) if stream_mode else None)
+    confounded = frameworks.is_confounded(curves)
+    combos = list(combinations(sorted(curves), 2))
+    items = [_pair_games(curves[ra], curves[rb], sa.n_games, settings, confounded, icc, sa.m_games, len(combos),
+                         cst.su2, [sa.diff[c[0]] for c in sa.cells], [sa.mask[c[0]] for c in sa.cells])
+             for ra, rb in combos]
+    pairs = finish_pairs(items, settings)
     result = {
         "schema_version": COMPARE_SCHEMA_VERSION, "kind": "comparison", "source": "per-game",
-        "sweep_id": table.sweep_id, "games_hash": table.games_hash, "executor": table.executor, "n_games": n_games,
-        "settings": settings_dict(settings), "streams": streams_out,
-        "baseline": {"arm": baseline, "streams": len(base_rows), "n_measured": int(base_mask.sum()),
-                     "n_unmeasured": sum(table.arms[i].n_unmeasured for i in base_rows),
-                     "n_missing": min(table.arms[i].n_missing for i in base_rows), "success_rate": base_rate,
-                     "ci": [blo, bhi]},
-        "families": families.summary(reps, fams, adj, settings),
-        "arms": arm_rows, "stream_arms": stream_rows, "runs": runs, "pairs": pairs,
+        "sweep_id": table.sweep_id, "games_hash": table.games_hash, "executor": table.executor, "n_games": sa.n_games,
+        "settings": settings_dict(settings), "streams": _streams_summary(sa, cst, icc, table, settings),
+        "baseline": base, "families": families.summary(sa.reps, fams, adj, settings),
+        "arms": arm_rows, "stream_arms": _stream_rows(sa, flags, settings.level), "runs": runs, "pairs": pairs,
         "frameworks": frameworks.analyse(curves, pairs, settings, plans=_plans(table)), "flags": flags, "skipped": [],
     }
     if not stream_mode:
         result["skipped"].append("between-stream variance and the intra-stream correlation: one stream per arm "
                                  "(sweep --streams R plays replicate streams)")
     # stream-model draws are not game resamples: a transfer across sweeps must not pair them row by row
-    return Analysis(clean(result), reps, lift, boot,
-                    table.games_hash if not stream_mode else None)
+    return Analysis(clean(result), sa.reps, cst.lift, cst.boot, table.games_hash if not stream_mode else None)
 
 
 def _named(a: ArmInfo) -> ArmInfo:

@@ -23,41 +23,57 @@ SEED_DESIGNS = ("auto", "paired", "independent")
 class CompareSettings:
     """What a comparison is asked to do. The verdict's criterion is written from these (see `verdict`)."""
 
-    alpha: float = 0.05
-    power: float = 0.8
-    level: float = 0.95
-    n_boot: int = 10_000
-    seed: int = 0
-    max_unmeasured_share: float = 0.1
-    # multiplicity families: "run" (one per run), "all" (every checkpoint arm in one family), "custom"
-    # (`family_map`: (family name, glob on arm names) pairs; every checkpoint arm must match one)
-    family: str = "run"
-    family_map: tuple[tuple[str, str], ...] = ()
-    rho0: float = 0.5  # "agree" needs the lower CI bound of r above this
-    delta: float = 0.05  # equivalence margin of the centred curves (success-rate units: 0.05 = 5 pp)
-    # run -> (framework, seed) overrides of what the sweep recorded (a seed of None: unknown)
-    groups: tuple[tuple[str, str, int | None], ...] = ()
-    across: str | None = None  # several sweeps that differ in this axis ("executor")
+    # each field's metadata "help" is its help on the CLI too (twinrun/commands/_options.py builds compare's options
+    # from these fields): write a default or its help here, once
+    alpha: float = field(default=0.05, metadata={"help": "significance level of every test and verdict"})
+    power: float = field(default=0.8, metadata={"help": "power for the minimum detectable effect and the games to "
+                                                         "decide"})
+    level: float = field(default=0.95, metadata={"help": "confidence level of the intervals"})
+    n_boot: int = field(default=10_000, metadata={"help": "bootstrap resamples"})
+    seed: int = field(default=0, metadata={"help": "bootstrap seed"})
+    max_unmeasured_share: float = field(default=0.1, metadata={"help": "flag arms with a larger unmeasured share"})
+    family: str = field(default="run", metadata={"help": "multiplicity families: run (one per run), all (every "
+                                                         "checkpoint arm together) or custom"})
+    # custom families: every checkpoint arm must match one of the globs
+    family_map: tuple[tuple[str, str], ...] = field(default=(), metadata={
+        "help": "custom multiplicity families, (NAME, GLOB) pairs: an arm whose name matches GLOB is in family NAME "
+                "(first match wins)"})
+    rho0: float = field(default=0.5, metadata={"help": "'agree' needs the lower CI bound of r above this"})
+    # success-rate units (0.05 = 5 pp); the CLI shows percentage points
+    delta: float = field(default=0.05, metadata={"help": "equivalence margin: 'agree' needs the centred curves "
+                                                          "within +-delta at every checkpoint"})
+    groups: tuple[tuple[str, str, int | None], ...] = field(default=(), metadata={
+        "help": "which framework and, where known, training seed a run is, overriding the sweep's records"})
+    across: str | None = field(default=None, metadata={"help": "several sweeps (or an executor column) that differ "
+                                                                "in this axis: executor"})
     # the intra-stream correlation the user states (a pilot's value) for one-stream-per-arm inputs: every variance
-    # is inflated by DEFF = 1 + (m - 1) rho; None = not stated (one stream then decides no shape claim)
-    stream_icc: float | None = None
-    # how replicate streams are analysed: "auto" reads the sweep's manifest (streams played with shared stream
-    # plans are blocks crossed with the arms: the blocked analysis; otherwise nested replicates), "nested" treats
-    # them as nested replicates whatever the manifest says (valid, less powerful where they were crossed)
-    # "crossed": the user states that stream r of every arm played one common order with shared seeds (rows from
-    # another harness, no sweep.json stream plans); the rows' positions must agree (compare.load.stated_crossing)
-    stream_design: str = "auto"
-    # which game list to compare on where a sweep's arms carry more than one (compare --games-hash); None: one list
-    # or a refusal (compare.load.game_lists)
-    games_hash: str | None = None
-    # what would decide varies the streams per arm at the games per stream played (the protocol's: a stream is the
-    # held-out games in order through one repository, so its length is part of what is measured), up to this cap
-    max_streams: int = 64
-    # how a framework (or group) contrast treats seeds: "auto" pairs seed i's runs across the two groups where their
-    # provenance says they pair (the same seed, the same start, shared stream plans: frameworks.seed_pairing) and
-    # tests within seed; "paired" forces that (every seed once in each group), "independent" the split-plot with
-    # seeds nested in groups (docs/compare.md, "Seeds pair")
-    seed_design: str = "auto"
+    # is inflated by DEFF = 1 + (m - 1) rho
+    stream_icc: float | None = field(default=None, metadata={
+        "help": "intra-stream correlation RHO from a pilot sweep with streams, for inputs with one stream per arm "
+                "(old sweeps, published summaries): every variance gains the stream variance, a design effect of "
+                "1 + (games - 1) RHO; without it one stream decides no shape (docs/compare.md)"})
+    # crossed streams are blocks crossed with the arms (the blocked analysis); nested is valid where they were
+    # crossed, and less powerful; a stated crossing is checked against the rows' positions (load.stated_crossing)
+    stream_design: str = field(default="auto", metadata={
+        "help": "auto: streams played with shared plans (sweep.json's stream_plans) are blocks, the rest nested "
+                "replicates; nested: nested replicates whatever the manifest says; crossed: you state that stream r "
+                "of every arm played one common order with shared seeds (rows of another harness), refused where the "
+                "rows' positions contradict it (docs/streams.md)"})
+    # None: one list, or a refusal (compare.load.game_lists)
+    games_hash: str | None = field(default=None, metadata={
+        "help": "HASH: the game list to compare on where a sweep's arms carry more than one (or another than "
+                "sweep.json's): the arms played on HASH are compared, the others left out and named in the report; "
+                "without it such arms are refused (docs/compare.md)"})
+    # the games per stream stay as played: a stream is the held-out games in order through one repository, so its
+    # length is part of what is measured
+    max_streams: int = field(default=64, metadata={
+        "help": "the most streams per arm that 'what would decide' may name (at the games per stream played, the "
+                "protocol's)"})
+    # pairing reads the provenance (frameworks.seed_pairing)
+    seed_design: str = field(default="auto", metadata={
+        "help": "auto: seed i's runs pair across two groups where they record the same seed and start under shared "
+                "stream plans (tested within seed), else seeds nested in groups; paired or independent force it "
+                "(docs/compare.md, Seeds pair)"})
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
@@ -14,7 +15,7 @@ from twinrun.core.compare import stats as cs
 from twinrun.core.compare import streams as st
 from twinrun.core.compare.curves import Curve, PairNoise, finish_pairs, pair_core, run_curves, shared_steps
 from twinrun.core.compare.games import Analysis, split_baseline
-from twinrun.core.compare.model import CompareSettings, SummaryTable
+from twinrun.core.compare.model import ArmInfo, CompareSettings, SummaryTable
 from twinrun.core.compare.render import COMPARE_SCHEMA_VERSION, clean, settings_dict
 
 SUMMARY_SKIPPED_ALWAYS = [
@@ -37,6 +38,8 @@ def compare_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
 
 
 def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSettings) -> Analysis:
+    """The statistics that counts support: each arm's test, a parametric bootstrap of the lifts, the runs' curves,
+    the pairs and the frameworks."""
     from scipy import stats
 
     base_i = split_baseline(table.arms, baseline)
@@ -52,47 +55,13 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
     lift = np.where(has_bc, [((a.b or 0) - (a.c or 0)) / (a.n or 1) for a in arms], pa - p0)
     z = stats.norm.ppf(1 - (1 - settings.level) / 2)
     fams = families.assign(arms, settings)
-    fam_size = families.sizes(fams)
     alpha_arm = families.per_arm_alpha(fams, settings)
-    pvals = np.empty(len(arms))
-    lo = np.empty(len(arms))
-    hi = np.empty(len(arms))
-    mde = np.full(len(arms), np.nan)
-    tests: list[str] = []
-    ci_methods: list[str] = []
-    mde_methods: list[str] = []
     stated = settings.stream_icc
     # a stated ICC: each arm's stream adds rho / (1 - rho) p (1 - p) to its rate's variance (no games to remove
     # game difficulty with, so a little conservative); the baseline has no memory
     su2 = st.stated_stream_variance(stated, pa * (1 - pa)) if stated is not None else np.zeros(len(arms))
-    for j, a in enumerate(arms):
-        if stated is not None:
-            var_g = (max(((a.b + a.c) / n[j] - lift[j] ** 2) / n[j], 0.0) if a.b is not None and a.c is not None
-                     else pa[j] * (1 - pa[j]) / n[j] + p0 * (1 - p0) / base.n)
-            var = var_g + su2[j]
-            pvals[j] = float(2 * stats.norm.sf(abs(lift[j]) / math.sqrt(var))) if var > 0 else 1.0
-            tests.append(f"z on the lift with the stated stream variance (ICC {stated:g})")
-            ci_methods.append("Wald plus the stated stream variance")
-            mde[j] = (stats.norm.ppf(1 - alpha_arm[j] / 2) + stats.norm.ppf(settings.power)) * math.sqrt(var)
-            mde_methods.append("normal power at the family's per-arm level, the stated stream variance included")
-        elif a.b is not None and a.c is not None:
-            pvals[j] = cs.mcnemar_exact(a.b, a.c)
-            tests.append("exact McNemar (binomial on b, c), conditional on the stream")
-            var = max(((a.b + a.c) / n[j] - lift[j] ** 2) / n[j], 0.0)
-            ci_methods.append("paired Wald from b, c")
-            mde[j] = pw.mde_mcnemar_exact(np.array([a.n]), np.array([(a.b + a.c) / n[j]]), alpha_arm[j], settings.power)[0]
-            mde_methods.append("exact McNemar power at the family's per-arm level, discordance as observed")
-        else:
-            pvals[j] = float(stats.fisher_exact([[a.successes, a.n - a.successes],
-                                                 [base.successes, base.n - base.successes]])[1])
-            tests.append("Fisher exact (unpaired: no b, c given; conservative), conditional on the stream")
-            var = pa[j] * (1 - pa[j]) / n[j] + p0 * (1 - p0) / base.n
-            ci_methods.append("unpaired Wald")
-            mde[j] = pw.mde_fisher_exact(np.array([a.n]), base.n, p0, alpha_arm[j], settings.power)[0]
-            mde_methods.append("exact unconditional power of Fisher's test at the family's per-arm level, baseline "
-                               "rate as observed")
-        lo[j], hi[j] = lift[j] - z * math.sqrt(var), lift[j] + z * math.sqrt(var)
-    adj = cs.adjust_pvalues(pvals, fams)
+    tests = _arm_tests(arms, base, lift, alpha_arm, su2, settings)
+    adj = cs.adjust_pvalues(tests.pvals, fams)
 
     # parametric bootstrap: successes ~ Binomial(n, p_hat) per arm, independently (pairing unknown)
     rng = np.random.default_rng(settings.seed)
@@ -128,19 +97,6 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
     if no_bc:
         skipped.insert(0, f"exact McNemar for {len(no_bc)} arm(s) without b, c ({', '.join(no_bc[:5])}"
                           f"{', ...' if len(no_bc) > 5 else ''}): Fisher exact on the 2x2 counts instead")
-    arm_rows = []
-    for j, a in enumerate(arms):
-        arm_rows.append({
-            "arm": a.name, "run": a.run, "checkpoint": a.checkpoint, "replicate": 0, "role": a.role,
-            "framework": a.framework, "seed": a.seed, "checkpoint_hash": None,
-            "family": fams[j], "family_size": fam_size.get(fams[j]) if fams[j] else None,
-            "n_games": a.n, "n_measured": a.n, "n_unmeasured": None, "n_missing": None,
-            "unmeasured_share": None, "flagged": False, "n_pairs": a.n if a.b is not None else None,
-            "success_rate": pa[j], "baseline_rate_paired": None, "lift": lift[j], "lift_ci": [lo[j], hi[j]],
-            "ci_method": ci_methods[j], "b": a.b, "c": a.c, "test": tests[j], "p_value": pvals[j],
-            "p_holm": adj["holm"][j], "p_bh": adj["bh"][j], "p_bonferroni": adj["bonferroni"][j], "mde": mde[j],
-            "mde_alpha": alpha_arm[j], "mde_method": mde_methods[j],
-        })
     result = {
         "schema_version": COMPARE_SCHEMA_VERSION, "kind": "comparison", "source": "summary",
         "summary_file": table.source, "sweep_id": None, "games_hash": None, "executor": table.executor,
@@ -155,10 +111,91 @@ def analyse_summaries(table: SummaryTable, baseline: str, settings: CompareSetti
                      "success_rate": p0, "ci": [p0 - z * math.sqrt(p0 * (1 - p0) / base.n),
                                                 p0 + z * math.sqrt(p0 * (1 - p0) / base.n)]},
         "families": families.summary(arms, fams, adj, settings),
-        "arms": arm_rows, "runs": runs, "pairs": pairs, "frameworks": frameworks.analyse(curves, pairs, settings),
+        "arms": _arm_rows(arms, fams, adj, alpha_arm, pa, lift, tests), "runs": runs, "pairs": pairs, "frameworks": frameworks.analyse(curves, pairs, settings),
         "flags": [], "skipped": skipped,
     }
     return Analysis(clean(result), arms, lift, boot_lift, None)
+
+
+@dataclass
+class _ArmTests:
+    """Each arm's test against the baseline: p, interval, minimum detectable lift, and the words for each."""
+
+    pvals: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    mde: np.ndarray
+    tests: list[str]
+    ci_methods: list[str]
+    mde_methods: list[str]
+
+
+def _arm_tests(arms: list[ArmInfo], base: ArmInfo, lift: np.ndarray, alpha_arm: np.ndarray, su2: np.ndarray,
+               settings: CompareSettings) -> _ArmTests:
+    """Each arm's test from its counts: z with a stated ICC's stream variance, exact McNemar where b, c are given,
+    else Fisher exact (unpaired, conservative)."""
+    from scipy import stats
+
+    n = np.array([a.n for a in arms], dtype=np.float64)
+    pa = np.array([a.successes for a in arms], dtype=np.float64) / n
+    p0 = base.successes / base.n  # type: ignore[operator]
+    z = stats.norm.ppf(1 - (1 - settings.level) / 2)
+    stated = settings.stream_icc
+    pvals = np.empty(len(arms))
+    lo = np.empty(len(arms))
+    hi = np.empty(len(arms))
+    mde = np.full(len(arms), np.nan)
+    tests: list[str] = []
+    ci_methods: list[str] = []
+    mde_methods: list[str] = []
+    for j, a in enumerate(arms):
+        if stated is not None:
+            var_g = (max(((a.b + a.c) / n[j] - lift[j] ** 2) / n[j], 0.0) if a.b is not None and a.c is not None
+                     else pa[j] * (1 - pa[j]) / n[j] + p0 * (1 - p0) / base.n)
+            var = var_g + su2[j]
+            pvals[j] = float(2 * stats.norm.sf(abs(lift[j]) / math.sqrt(var))) if var > 0 else 1.0
+            tests.append(f"z on the lift with the stated stream variance (ICC {stated:g})")
+            ci_methods.append("Wald plus the stated stream variance")
+            mde[j] = (stats.norm.ppf(1 - alpha_arm[j] / 2) + stats.norm.ppf(settings.power)) * math.sqrt(var)
+            mde_methods.append("normal power at the family's per-arm level, the stated stream variance included")
+        elif a.b is not None and a.c is not None:
+            pvals[j] = cs.mcnemar_exact(a.b, a.c)
+            tests.append("exact McNemar (binomial on b, c), conditional on the stream")
+            var = max(((a.b + a.c) / n[j] - lift[j] ** 2) / n[j], 0.0)
+            ci_methods.append("paired Wald from b, c")
+            mde[j] = pw.mde_mcnemar_exact(np.array([a.n]), np.array([(a.b + a.c) / n[j]]), alpha_arm[j], settings.power)[0]
+            mde_methods.append("exact McNemar power at the family's per-arm level, discordance as observed")
+        else:
+            pvals[j] = float(stats.fisher_exact([[a.successes, a.n - a.successes],
+                                                 [base.successes, base.n - base.successes]])[1])
+            tests.append("Fisher exact (unpaired: no b, c given; conservative), conditional on the stream")
+            var = pa[j] * (1 - pa[j]) / n[j] + p0 * (1 - p0) / base.n
+            ci_methods.append("unpaired Wald")
+            mde[j] = pw.mde_fisher_exact(np.array([a.n]), base.n, p0, alpha_arm[j], settings.power)[0]
+            mde_methods.append("exact unconditional power of Fisher's test at the family's per-arm level, baseline "
+                               "rate as observed")
+        lo[j], hi[j] = lift[j] - z * math.sqrt(var), lift[j] + z * math.sqrt(var)
+    return _ArmTests(pvals, lo, hi, mde, tests, ci_methods, mde_methods)
+
+
+def _arm_rows(arms: list[ArmInfo], fams: list[str | None], adj: dict[str, np.ndarray], alpha_arm: np.ndarray,
+              pa: np.ndarray, lift: np.ndarray, t: _ArmTests) -> list[dict[str, Any]]:
+    """One row per arm (the result's "arms")."""
+    fam_size = families.sizes(fams)
+    arm_rows = []
+    for j, a in enumerate(arms):
+        arm_rows.append({
+            "arm": a.name, "run": a.run, "checkpoint": a.checkpoint, "replicate": 0, "role": a.role,
+            "framework": a.framework, "seed": a.seed, "checkpoint_hash": None,
+            "family": fams[j], "family_size": fam_size.get(fams[j]) if fams[j] else None,
+            "n_games": a.n, "n_measured": a.n, "n_unmeasured": None, "n_missing": None,
+            "unmeasured_share": None, "flagged": False, "n_pairs": a.n if a.b is not None else None,
+            "success_rate": pa[j], "baseline_rate_paired": None, "lift": lift[j], "lift_ci": [t.lo[j], t.hi[j]],
+            "ci_method": t.ci_methods[j], "b": a.b, "c": a.c, "test": t.tests[j], "p_value": t.pvals[j],
+            "p_holm": adj["holm"][j], "p_bh": adj["bh"][j], "p_bonferroni": adj["bonferroni"][j], "mde": t.mde[j],
+            "mde_alpha": alpha_arm[j], "mde_method": t.mde_methods[j],
+        })
+    return arm_rows
 
 
 def _summary_noise(ca: Curve, cb: Curve, boot_game: np.ndarray, su2: np.ndarray, n: np.ndarray,
