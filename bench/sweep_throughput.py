@@ -17,65 +17,35 @@ executor is a vLLM server either way and the episodes of R streams run concurren
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-ANSWER = "<think>looking around</think>\n<action>look</action>"
-
-
-def sweep_once(spec_path: Path, run: Path, out: Path, cache: Path, base_url: str, streams: int, games: int,
-               tokens: int, batch: bool) -> float:
-    from twinrun.core.spec import load_spec
-    from twinrun.core.sweeps import sweep as sw
-    from twinrun.models.curator_policy import hf_policy_factory
-
-    spec = load_spec(spec_path, [
-        "environment.name=null_env", "environment.task_types=null", "environment.workers=1",
-        "executor.kind=openai", "executor.skill_effect=0", f"executor.base_url={base_url}", "executor.model=bench",
-        "executor.retries=0", "executor.max_turns=8", "executor.self_judge_error=0", "curation.correctness=ground_truth",
-        "curation.sweep_correctness=ground_truth",
-        f"curator.max_response_tokens={tokens}", f"sweep.streams={streams}", f"sweep.batch_streams={str(batch).lower()}",
-    ])
-    arms = [sw.arm_name("b", 1, r) for r in range(streams)]  # the checkpoint's streams; no baseline
-    t0 = time.perf_counter()
-    sw.sweep(spec, {"b": run}, out, n_games=games, progress=False, arms=arms, environ={},
-             policy_factory=lambda arm, s: hf_policy_factory(arm, s, cache_dir=cache))
-    return time.perf_counter() - t0
+import _common as bench
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", default="1,4,8")
-    ap.add_argument("--games", type=int, default=4, help="games per stream")
-    ap.add_argument("--tokens", type=int, default=128, help="curator.max_response_tokens")
-    ap.add_argument("--cache", type=Path, default=None, help="tiny-model cache folder (default: a temp folder)")
-    args = ap.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    repo = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(repo))
-    from twinrun.models import build_tiny_qwen3
+    args = bench.options(__doc__, "1,4,8", "stream counts R, comma-separated")
+    bench.environment()
+    from twinrun.models.curator_policy import hf_policy_factory
     from twinrun.testing.local_openai import LocalOpenAIServer
 
-    tmp = Path(tempfile.mkdtemp(prefix="sweep-bench-"))
-    cache = args.cache or tmp / "cache"
-    run = tmp / "b"
-    shutil.copytree(build_tiny_qwen3(cache), run / "checkpoints" / "step-000001")
-    spec_path = repo / "experiments" / "smoke-cpu.yaml"
+    tmp, cache, run = bench.one_checkpoint("sweep-bench-", args.cache)
+
+    def local(arm, s):
+        return hf_policy_factory(arm, s, cache_dir=cache)
+
+    def sweep_once(out, base_url, streams, games, batch):
+        spec = bench.curator_spec(base_url, streams, args.tokens, batch=batch)
+        return bench.sweep_once(spec, run, out, local, games, streams)
+
     load0 = os.getloadavg()
     rows = []
-    with LocalOpenAIServer(lambda req: ANSWER) as srv:
-        sweep_once(spec_path, run, tmp / "warm", cache, srv.base_url, 1, 1, args.tokens, False)  # imports, caches
+    with LocalOpenAIServer(lambda req: bench.ANSWER) as srv:
+        sweep_once(tmp / "warm", srv.base_url, 1, 1, False)  # imports, caches
         for r in (int(x) for x in args.streams.split(",")):
             walls = {}
             for batch in (False, True):
-                walls[batch] = sweep_once(spec_path, run, tmp / f"r{r}-{int(batch)}", cache, srv.base_url, r,
-                                          args.games, args.tokens, batch)
+                walls[batch] = sweep_once(tmp / f"r{r}-{int(batch)}", srv.base_url, r, args.games, batch)
             n = r * args.games
             rows.append((r, n / walls[False], n / walls[True], walls[False] / walls[True]))
             print(f"R={r}: one at a time {rows[-1][1]:.3f} games/s, batched {rows[-1][2]:.3f} games/s, "

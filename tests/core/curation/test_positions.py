@@ -5,6 +5,7 @@ session call inside the backend's timer."""
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import contextmanager
 
 from twinrun.core.curation.positions import walk_positions
@@ -45,3 +46,129 @@ def test_a_rollout_walks_its_positions_in_order_through_the_backends_hook():
     assert session.calls == ["start", "generate 1", "submit turn 1", "generate 2", "submit turn 2", "generate 3",
                              "submit turn 3", "finish"]
     assert len(timed) == 5  # start, three submits, finish: the generations are the backend's own time
+
+
+# --- PositionStepper: every rollout of a generation batch is that walk, its turns from one batched generate
+
+
+class StaggeredSession:
+    """A rollout whose episodes take ``delays[(rollout, position)]`` seconds (0 unless listed); ``fail`` raises in
+    the submit of that position's turn."""
+
+    def __init__(self, rollout: int, size: int, delays: dict, log: list, fail: int | None = None) -> None:
+        self.rollout, self.size, self.delays, self.log, self.fail = rollout, size, delays, log, fail
+        self.position = 0
+
+    async def _play(self, p: int) -> None:
+        self.position = p
+        try:
+            await asyncio.sleep(self.delays.get((self.rollout, p), 0))
+        except asyncio.CancelledError:
+            self.log.append(("cancelled", self.rollout, p))
+            raise
+
+    async def astart(self) -> None:
+        await self._play(1)
+
+    async def asubmit(self, text: str) -> None:
+        assert text == f"turn {self.rollout}.{self.position}"  # the turn generated from this rollout's own prompt
+        if self.fail == self.position:
+            raise RuntimeError(f"episode of rollout {self.rollout} failed")
+        if self.position < self.size:
+            await self._play(self.position + 1)
+
+    async def afinish(self) -> str:
+        return f"result {self.rollout}"
+
+
+class FakeRuntime:
+    """What PositionStepper reads of a CurationRuntime: the rollout loop, |G|, the system prompt, sessions."""
+
+    curator_system_prompt = "system"
+
+    def __init__(self, size: int, delays: dict, fail: tuple[int, int] | None = None) -> None:
+        from twinrun.core.executors import BackgroundLoop
+
+        self.loop, self.group_size, self.delays, self.fail, self.log = BackgroundLoop(), size, delays, fail, []
+
+    def __enter__(self) -> FakeRuntime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.loop.close()  # cancels whatever still runs: the checks below look before it
+
+    def session(self, group, rollout: int) -> StaggeredSession:
+        fail = self.fail[1] if self.fail and self.fail[0] == rollout else None
+        return StaggeredSession(rollout, self.group_size, self.delays, self.log, fail)
+
+
+class TextTokenizer:
+    def decode(self, ids, skip_special_tokens=True) -> str:
+        return f"turn {ids[0]}.{ids[1]}"
+
+
+def run_stepper(schedule: str, runtime: FakeRuntime, rollouts: int, monkeypatch):
+    from types import SimpleNamespace
+
+    from twinrun.core.curation import positions
+
+    walked: list[int] = []
+    walk = positions.walk_positions
+
+    def counted(session, turn, **kw):
+        walked.append(session.rollout)
+        return walk(session, turn, **kw)
+
+    monkeypatch.setattr(positions, "walk_positions", counted)
+
+    class Stepper(positions.PositionStepper):  # prompts as (rollout, position): no tokenizer, no chat template
+        def messages(self, session):
+            return [{"role": "user", "content": f"{session.rollout}.{session.position}"}]
+
+        def _ids(self, messages):
+            return [int(x) for x in messages[0]["content"].split(".")]
+
+    calls: list[list[list[int]]] = []
+
+    def generate(prompts):
+        calls.append(prompts)
+        return [list(p) for p in prompts], None
+
+    group = SimpleNamespace(group_id="g")
+    slots = [positions.Slot(group, r, p) for r in range(rollouts) for p in range(1, runtime.group_size + 1)]
+    stepper = Stepper(runtime, TextTokenizer(), history=0, max_prompt_tokens=None, schedule=schedule)
+    return stepper.run(slots, generate), calls, walked
+
+
+def test_the_stepper_walks_every_rollout_and_ready_does_not_wait_for_the_slowest(monkeypatch):
+    slow = {(0, 1): 0.5}  # rollout 0's first episode is slow; the others run at once
+    rows = [[r, p] for r in range(3) for p in (1, 2, 3)]
+    with FakeRuntime(3, slow) as runtime:
+        out, calls, walked = run_stepper("barrier", runtime, 3, monkeypatch)
+    assert sorted(walked) == [0, 1, 2] and out.prompt_ids == rows == out.completion_ids
+    assert calls == [[[r, p] for r in range(3)] for p in (1, 2, 3)]  # one call per position, rollout order
+    assert out.results == {("g", r): f"result {r}" for r in range(3)}
+
+    with FakeRuntime(3, slow) as runtime:
+        out, calls, walked = run_stepper("ready", runtime, 3, monkeypatch)
+    assert sorted(walked) == [0, 1, 2] and out.prompt_ids == rows == out.completion_ids
+    assert out.results == {("g", r): f"result {r}" for r in range(3)}
+    first_of_0 = next(n for n, c in enumerate(calls) if [0, 1] in c)
+    assert any(p >= 2 for c in calls[:first_of_0] for _, p in c)  # the others went on without rollout 0
+    assert all(c == sorted(c) for c in calls)  # within a call: rollout order
+    assert sorted(x for c in calls for x in c) == rows
+
+
+def test_an_episode_error_fails_the_step_and_cancels_the_other_walks(monkeypatch):
+    import pytest
+
+    for schedule in ("ready", "barrier"):
+        with FakeRuntime(3, {(0, 3): 30.0}, fail=(1, 2)) as runtime:  # rollout 0 would still play position 3
+            t0 = time.perf_counter()
+            with pytest.raises(RuntimeError, match="episode of rollout 1 failed"):
+                run_stepper(schedule, runtime, 2, monkeypatch)
+            assert time.perf_counter() - t0 < 10, schedule
+            deadline = time.perf_counter() + 5
+            while ("cancelled", 0, 3) not in runtime.log and time.perf_counter() < deadline:
+                time.sleep(0.01)
+            assert ("cancelled", 0, 3) in runtime.log, schedule  # the step's own cancel, not the loop's close

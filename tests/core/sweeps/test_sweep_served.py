@@ -31,10 +31,11 @@ import pytest
 from twinrun.core.spec import load_spec
 from twinrun.core.sweeps import sweep as sw
 from twinrun.core.sweeps.served import VLLM_COMMAND, CuratorServers, launch_argv, launch_env
+from twinrun.testing.served_sweep import arm_rows as rows
+from twinrun.testing.served_sweep import inprocess_rows, one_checkpoint_run
 
 FAST = ["executor.max_turns=2", "sweep.streams=2", "curator.max_response_tokens=16", "curator.history=1"]
 GAMES = 3
-WALL_CLOCK = {"time", "wall_s", "started_at"}
 
 
 def stand_in() -> list[str]:
@@ -47,19 +48,6 @@ def stand_in() -> list[str]:
 
 def served(spec, **kw):
     return spec.model_copy(update={"sweep": spec.sweep.model_copy(update=kw)})
-
-
-def _strip(obj):
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in WALL_CLOCK and k != "sweep_id"}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
-
-
-def rows(out: Path) -> dict[str, list[dict]]:
-    return {p.stem: [_strip(json.loads(x)) for x in p.read_text().splitlines()]
-            for p in sorted((out / "arms").glob("*.jsonl"))}
 
 
 def pid_of(log: Path) -> int:
@@ -83,26 +71,15 @@ def tiny(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> Path:
-    import shutil
-
-    root = tmp_path_factory.mktemp("runs") / "trl"
-    shutil.copytree(tiny, root / "checkpoints" / "step-000001")
-    return root
+    return one_checkpoint_run(tmp_path_factory.mktemp("runs") / "trl", tiny)
 
 
 @pytest.fixture(scope="module")
 def inprocess(tmp_path_factory: pytest.TempPathFactory, smoke_spec_path: Path, run_dir: Path,
               alfworld_data: Path) -> dict[str, list[dict]]:
     """The in-process sweep's rows (one sequence at a time), what every served sweep here must write."""
-    from twinrun.models.curator_policy import hf_policy_factory
-
-    out = tmp_path_factory.mktemp("inprocess") / "sweep"
-    spec = load_spec(smoke_spec_path, FAST + ["sweep.batch_streams=false"])
-    sw.sweep(spec, {"trl": run_dir}, out, data_root=alfworld_data, n_games=GAMES, workers=0, progress=False,
-             policy_factory=hf_policy_factory)
-    got = rows(out)
-    assert all(r["curator_turn"] for r in got["trl@1"])  # the sampled text is in every checkpoint row
-    return got
+    return inprocess_rows(smoke_spec_path, FAST, run_dir, tmp_path_factory.mktemp("inprocess") / "sweep",
+                          data_root=alfworld_data, games=GAMES)
 
 
 def _servers(spec, run_dir: Path, out: Path, repo_root: Path) -> CuratorServers:

@@ -11,9 +11,9 @@ One generation batch (:class:`PerPositionGRPOTrainer`):
 1. ``_generate_and_score_completions`` notes each local slot's (task group, rollout, position): TRL hands the
    ``rollout_func`` only the prompts.
 2. TRL calls the ``rollout_func`` = core's position schedule
-   (:class:`~twinrun.core.curation.positions.PositionStepper`): every local rollout starts (position 1 played
-   concurrently); whenever a rollout's episode at position p has ended, its prompt is rendered by core
-   (:func:`~twinrun.core.curation.context_shape.session_messages`: chi_p and a window of ``curator.history`` earlier
+   (:class:`~twinrun.core.curation.positions.PositionStepper`, each rollout core's ``walk_positions``, verl's walk
+   too): every local rollout starts (position 1 played concurrently); whenever a rollout's episode at position p
+   has ended, its prompt is rendered by core (:func:`~twinrun.core.curation.context_shape.session_messages`: chi_p and a window of ``curator.history`` earlier
    (input, turn) pairs), tokenised with the tokenizer's own chat template and the ``curate`` tool, and generated
    with the trainer's own generation path (``_generate_single_turn``: transformers or vLLM) together with every
    other rollout waiting at that moment, each at its own position (no barrier between positions: the executor

@@ -9,9 +9,9 @@ the operations and plays position p+1); after the last turn the session finishes
 - :func:`walk_positions`: one rollout, its turns from an async hook (verl's agent loop: one rollout per task,
   verl's server batches the concurrent requests);
 - :class:`PositionStepper`: every rollout of one process's generation batch, from a synchronous batched
-  ``generate`` (TRL's ``rollout_func``): ``ready`` (each rollout walks on as soon as its own turn is generated:
-  the walk above for every rollout, interleaved by the one generating thread) or ``barrier`` (one call per
-  position for every rollout).
+  ``generate`` (TRL's ``rollout_func``). Each rollout is the walk above, on the rollout loop, its turn hook awaiting
+  the answer that the one generating thread sets; ``ready`` (a call for every rollout waiting, each at its own
+  position) or ``barrier`` (a call once every rollout waits: one call per position).
 
 Slots: one training row per (rollout, position); slot ``r*|G| + (p-1)`` of a group's block is (rollout r,
 position p) (:func:`slot_layout`).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -99,8 +100,9 @@ SCHEDULES = ("ready", "barrier")
 class PositionStepper:
     """Steps every local rollout of a generation batch through its positions.
 
-    schedule ``ready`` (what :class:`PerPositionGRPOTrainer` uses wherever each process's generation is its own): a
-    rollout's next position starts as soon as its own curator turn is generated; the main thread generates for
+    Each rollout walks with :func:`walk_positions`; the schedule only decides when the generating thread calls.
+    ``ready`` (what :class:`PerPositionGRPOTrainer` uses wherever each process's generation is its own): a
+    rollout's next position starts as soon as its own curator turn is generated; the calling thread generates for
     whichever rollouts are waiting, in one call per wake-up (a micro-batch). ``barrier`` (this class's default, the
     earlier schedule): one generation call per position for all rollouts, the reference the tests and
     bench/train_concurrency.py compare against. Both produce the same rows for the same turns."""
@@ -139,14 +141,11 @@ class PositionStepper:
         sessions = [self.runtime.session(groups[k], k[1]) for k in keys]
         out = StepperOutput([[] for _ in slots], [[] for _ in slots], [[] for _ in slots], [[] for _ in slots], {},
                             {"executor": 0.0, "generate": 0.0})
-        if self.schedule == "barrier":
-            self._run_barrier(sessions, keys, order, generate, out)
-        else:
-            self._run_ready(sessions, keys, order, generate, out)
+        self._walk_all(sessions, keys, order, generate, out)
         return out
 
     def _generate(self, batch: list[int], sessions: list[CurationSession], keys: list[tuple[str, int]],
-                  order: dict[tuple[str, int], dict[int, int]], positions: list[int], generate: Generate,
+                  order: dict[tuple[str, int], dict[int, int]], positions: dict[int, int], generate: Generate,
                   out: StepperOutput) -> list[str]:
         """One generation call for the rollouts in `batch` (indices into `sessions`), each at its own position:
         fills their slots of `out` and returns the decoded turns."""
@@ -167,70 +166,51 @@ class PositionStepper:
                     out.logprobs[i] = list(lps[n])
         return [self.tokenizer.decode(c, skip_special_tokens=True) for c in comp]
 
-    def _run_barrier(self, sessions: list[CurationSession], keys: list[tuple[str, int]],
-                     order: dict[tuple[str, int], dict[int, int]], generate: Generate, out: StepperOutput) -> None:
-        """Every rollout's turn p in one generation call: position p+1 of all rollouts waits for the slowest
-        episode of position p (the earlier schedule; bench/train_concurrency.py measures it as the before)."""
-        loop = self.runtime.loop
+    def _walk_all(self, sessions: list[CurationSession], keys: list[tuple[str, int]],
+                  order: dict[tuple[str, int], dict[int, int]], generate: Generate, out: StepperOutput) -> None:
+        """Every rollout walks its positions with :func:`walk_positions` on the rollout loop; its turn hook posts
+        (rollout, position, answer) and awaits the answer, which this (the generating) thread sets. Whenever the
+        thread is free it takes every post that has arrived; ``ready`` then generates one call for every rollout
+        waiting (each at its own position), ``barrier`` waits until every unfinished rollout waits (one call per
+        position). Episodes keep running on the loop meanwhile. A rollout's prompt at p is a function of its own
+        session only, so both schedules give the same rows whenever the curator's turns are the same."""
+        posts: queue.SimpleQueue[tuple[int, int | None, concurrent.futures.Future[Any]]] = queue.SimpleQueue()
 
-        async def gather(coros: list[Any]) -> list[Any]:
-            return list(await asyncio.gather(*coros))
+        def hook(j: int) -> Callable[[int], Awaitable[str]]:
+            async def turn(p: int) -> str:
+                answer: concurrent.futures.Future[str] = concurrent.futures.Future()
+                posts.put((j, p, answer))
+                return await asyncio.wrap_future(answer)
+            return turn
 
-        t0 = time.perf_counter()
-        loop.run(gather([s.astart() for s in sessions]))
-        out.wall_s["executor"] += time.perf_counter() - t0
-        everyone = list(range(len(sessions)))
-        for p in range(1, self.runtime.group_size + 1):
-            texts = self._generate(everyone, sessions, keys, order, [p] * len(sessions), generate, out)
-            t0 = time.perf_counter()
-            loop.run(gather([s.asubmit(t) for s, t in zip(sessions, texts, strict=True)]))
-            out.wall_s["executor"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        results = loop.run(gather([s.afinish() for s in sessions]))
-        out.wall_s["executor"] += time.perf_counter() - t0
-        out.results = dict(zip(keys, results, strict=True))
-
-    def _run_ready(self, sessions: list[CurationSession], keys: list[tuple[str, int]],
-                   order: dict[tuple[str, int], dict[int, int]], generate: Generate, out: StepperOutput) -> None:
-        """No barrier between positions: whenever the main thread is free it generates one call for every rollout
-        whose episode has ended (each at its own position), and hands each turn to its session at once; episodes
-        keep running on the rollout loop meanwhile. A rollout's prompt at p is a function of its own session
-        only, so the rows are the barrier schedule's whenever the curator's turns are (scripted or forced)."""
-        loop, g = self.runtime.loop, self.runtime.group_size
-        pending: dict[concurrent.futures.Future[Any], int] = {loop.submit(s.astart()): j
-                                                               for j, s in enumerate(sessions)}
-        position = [1] * len(sessions)  # the position whose turn each rollout needs next (g + 1: finishing)
+        walks = [self.runtime.loop.submit(walk_positions(s, hook(j))) for j, s in enumerate(sessions)]
+        for j, w in enumerate(walks):  # a finished walk (its result or its error) is a post with no position
+            w.add_done_callback(lambda f, j=j: posts.put((j, None, f)))
+        waiting: dict[int, tuple[int, concurrent.futures.Future[str]]] = {}  # rollout -> (position, answer)
         results: dict[int, CurationResult] = {}
         try:
-            while pending:
+            while len(results) < len(sessions):
                 t0 = time.perf_counter()
-                done, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                arrived = [posts.get()]
+                while not posts.empty():
+                    arrived.append(posts.get_nowait())
                 out.wall_s["executor"] += time.perf_counter() - t0
-                ready = []
-                for f in sorted(done, key=lambda f: pending[f]):  # rollout order: a fixed order within a call
-                    j = pending.pop(f)
-                    res = f.result()  # an infrastructure error here fails the step as the barrier schedule does
-                    if position[j] > g:
-                        results[j] = res
+                for j, p, fut in sorted(arrived, key=lambda a: a[0]):  # rollout order: a fixed order within a call
+                    if p is None:
+                        results[j] = fut.result()  # an infrastructure error here fails the step
                     else:
-                        ready.append(j)
-                if not ready:
+                        waiting[j] = (p, fut)
+                if not waiting or (self.schedule == "barrier" and len(waiting) + len(results) < len(sessions)):
                     continue
-                texts = self._generate(ready, sessions, keys, order, position, generate, out)
-                for j, text in zip(ready, texts, strict=True):
-                    pending[loop.submit(_advance(sessions[j], text, last=position[j] == g))] = j
-                    position[j] += 1
+                batch = sorted(waiting)
+                texts = self._generate(batch, sessions, keys, order, {j: waiting[j][0] for j in batch}, generate,
+                                       out)
+                for j, text in zip(batch, texts, strict=True):
+                    waiting.pop(j)[1].set_result(text)
         finally:
-            for f in pending:
-                f.cancel()
+            for w in walks:
+                w.cancel()
         out.results = {keys[j]: results[j] for j in range(len(sessions))}
-
-
-async def _advance(session: CurationSession, turn: str, *, last: bool) -> str | CurationResult | None:
-    """Hand a rollout its turn (core applies the operations and plays the next position); after its last turn,
-    finish it (rewards) in the same task, so a finished rollout costs the main thread no extra wake-up."""
-    nxt = await session.asubmit(turn)
-    return await session.afinish() if last else nxt
 
 
 def slot_scores(slots: Sequence[Slot], results: dict[tuple[str, int], CurationResult]) -> list[RowScore]:
