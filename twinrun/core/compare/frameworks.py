@@ -88,7 +88,8 @@ def seed_pairing(ca: list[Curve], cb: list[Curve], design: str, *,
     sweep's stream plans (None: not recorded).
 
     auto pairs when every run records its seed, every seed appears once in each group and the two groups hold the
-    same seeds, no pair's recorded starts differ (a start not recorded pairs on the seed alone, and `why` says so),
+    same seeds, no pair's recorded starts differ (by the weights' hash where both runs have one, else by name; a
+    start not recorded pairs on the seed alone, and `why` says so),
     and the sweep did not play its streams under plans that differ between arms. Pairing by seed label is decided
     before any outcome is seen, so the paired test stays valid where runs turn out not to correlate (it then only
     spends half the error df); the provenance keeps auto from pairing what the records say was not paired.
@@ -109,9 +110,9 @@ def seed_pairing(ca: list[Curve], cb: list[Curve], design: str, *,
     by_b = {c.seed: c for c in cb}
     pairs = [(x, by_b[x.seed]) for x in sorted(ca, key=lambda c: c.seed)]  # type: ignore[arg-type,return-value]
     rows = [[x.run, y.run, int(x.seed)] for x, y in pairs]  # type: ignore[arg-type]
-    differ = [f"{x.run} starts from {x.start}, {y.run} from {y.start}" for x, y in pairs
-              if x.start is not None and y.start is not None and x.start != y.start]
-    unknown = [r for x, y in pairs for r in (x, y) if r.start is None]
+    differ = [d for x, y in pairs if (d := _starts_differ(x, y))]
+    unknown = [r for x, y in pairs for r in (x, y) if r.start is None and r.start_hash is None]
+    by_hash = all(r.start_hash is not None for x, y in pairs for r in (x, y))
     shared, plans_why = plans
     if design == "paired":
         notes = "; ".join(differ + ([plans_why] if shared is False else []))
@@ -122,10 +123,25 @@ def seed_pairing(ca: list[Curve], cb: list[Curve], design: str, *,
         return {"design": "independent", "why": f"seeds do not pair: {why}", "pairs": [],
                 "unpaired": sorted(c.run for c in ca + cb)}
     start_txt = ("start not recorded" + (f" for {', '.join(r.run for r in unknown[:3])}" if len(unknown) < 2 * len(pairs)
-                                         else "") + ", paired on the seed alone") if unknown else "the same start"
+                                         else "") + ", paired on the seed alone") if unknown else (
+        "the same start (by its weights' hash)" if by_hash else "the same start (by name: not recorded by hash)")
     plans_txt = {True: "shared stream plans", False: "", None: "stream plans not recorded"}[shared]
     return {"design": "paired", "why": f"seed i of each group: the same seed, {start_txt}, {plans_txt}",
             "pairs": rows, "unpaired": []}
+
+
+def _starts_differ(x: Curve, y: Curve) -> str | None:
+    """Why two runs' recorded starts differ (None: the same, or not recorded on both sides). The weights' hash
+    decides where both runs have one (a warm start rebuilt on another machine keeps its name, not its weights);
+    else the name."""
+    if x.start_hash is not None and y.start_hash is not None:
+        if x.start_hash == y.start_hash:
+            return None
+        return (f"{x.run} starts from {x.start} (weights {x.start_hash}), {y.run} from {y.start} "
+                f"(weights {y.start_hash})")
+    if x.start is not None and y.start is not None and x.start != y.start:
+        return f"{x.run} starts from {x.start}, {y.run} from {y.start}"
+    return None
 
 
 def _unmatched(ca: list[Curve], cb: list[Curve]) -> str | None:
