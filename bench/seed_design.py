@@ -16,10 +16,10 @@ Each draw plants two groups x n seeds, 8 checkpoints, as the committed controls 
 
 Every draw is read with both designs (compare's own `_framework_pair`, seed_design paired and independent) and the
 verdict counted: on flat truth a "differ" or "co-move, profiles differ" is a false claim (bound 7%); on the rise it
-is a detection. r's interval (basic on Fisher's z, :func:`frameworks.fisher_basic_ci`) is checked for containing
-the true r, the correlation of the two groups' expected mean curves (by Monte Carlo over seeds), beside the old
-percentile interval's coverage (percentiles of nested draws that are iid across checkpoints), at the controls' noise
-and at 0.4 x their drift and cell noise.
+is a detection. r's interval (:func:`frameworks.r_interval`) is checked for containing the true r, the
+correlation of the two groups' expected mean curves (by Monte Carlo over seeds), and its own estimate; beside it the
+same interval at the stated level's own quantiles (before its calibration), and both for the detrended r; at the
+controls' noise and at 0.4 x their drift and cell noise.
 
     nice -n 10 python bench/seed_design.py [--draws 400]
 """
@@ -87,16 +87,35 @@ def read(a: np.ndarray, b: np.ndarray, design: str, n_boot: int = 1000, seed: in
     return fw._framework_pair("a", curves(a, "a"), "b", curves(b, "b"), [], settings, (True, "planted"))
 
 
-def percentile_r_ci(a: np.ndarray, b: np.ndarray, level: float, rng: np.random.Generator,
-                    n_draw: int = 1000) -> tuple[float, float]:
-    """The interval before issue 50, for comparison: percentiles of r over the nested parametric draws."""
+def r_intervals(a: np.ndarray, b: np.ndarray, design: str, seed: int, n_boot: int = 1000) -> dict[str, tuple]:
+    """r's and detrended r's intervals from the draws compare's framework verdict makes (the same generator, so
+    "now" is its pearson_ci), now and before the level's calibration (R_TAIL_SHRINK = 1: the stated level's own
+    quantiles)."""
     from twinrun.core.compare import frameworks as fw
     from twinrun.core.compare import shape
     from twinrun.core.compare import stats as cs
 
-    da, db, _, _ = fw._nested_draws(a, b, shape.profile_anova({"a": a, "b": b}), n_draw, rng)
-    lo, hi = cs.percentile_ci(cs.row_pearson(da, db), level)
-    return float(lo), float(hi)
+    paired = design == "paired"
+    anova = shape.paired_profile_anova(a, b) if paired else shape.profile_anova({"a": a, "b": b})
+    da, db, _, _ = (fw._paired_draws if paired else fw._nested_draws)(a, b, anova, min(n_boot, 4000),
+                                                                         np.random.default_rng(seed + 7))
+    la, lb = a.mean(axis=0), b.mean(axis=0)
+    r, rd = float(cs.row_pearson(la, lb)), cs.row_pearson(da, db)
+    d = float(cs.row_pearson(shape.detrend(STEPS, la), shape.detrend(STEPS, lb)))
+    dd = cs.row_pearson(shape.detrend(STEPS, da), shape.detrend(STEPS, db))
+    before = 1.0 - fw.R_TAIL_SHRINK * 0.05  # the level whose tails are the old 95% interval's
+    return {"r": fw.r_interval(r, rd, 0.95), "r_before": fw.r_interval(r, rd, before),
+            "d": fw.r_interval(d, dd, 0.95), "d_before": fw.r_interval(d, dd, before)}
+
+
+def true_detrended_r(truth: str, noise: float = 1.0, draws: int = 40_000, seed: int = 99) -> float:
+    """Detrended r of the two groups' expected mean lift curves (as true_r)."""
+    from twinrun.core.compare import shape
+
+    rng = np.random.default_rng(seed)
+    a, b = planted(rng, draws, paired=True, truth=truth, noise=noise)
+    xa, xb = shape.detrend(STEPS, a.mean(axis=0)), shape.detrend(STEPS, b.mean(axis=0))
+    return float(np.corrcoef(xa, xb)[0, 1])
 
 
 def rates(n: int, *, paired: bool, truth: str, draws: int, seed: int,
@@ -106,9 +125,9 @@ def rates(n: int, *, paired: bool, truth: str, draws: int, seed: int,
     from twinrun.core.compare.verdict import CO_MOVE, DIFFER
 
     rng = np.random.default_rng(seed)
-    r_true = true_r(truth, noise) if truth == "rise" else None
-    out: dict[str, dict[str, float]] = {d: {"claim": 0.0, "p05": 0.0, "cover": 0.0, "cover_pct": 0.0, "r": 0.0}
-                                        for d in ("paired", "independent")}
+    truths = {"r": true_r(truth, noise), "d": true_detrended_r(truth, noise)} if truth == "rise" else None
+    keys = ("claim", "p05", "r", "cover", "cover_before", "cover_d", "cover_d_before", "holds_r")
+    out: dict[str, dict[str, float]] = {d: dict.fromkeys(keys, 0.0) for d in ("paired", "independent")}
     for i in range(draws):
         a, b = planted(rng, n, paired=paired, truth=truth, noise=noise)
         for d in out:
@@ -116,11 +135,14 @@ def rates(n: int, *, paired: bool, truth: str, draws: int, seed: int,
             out[d]["claim"] += res["verdict"] in (DIFFER, CO_MOVE)
             out[d]["p05"] += res["anova"]["p_value"] < 0.05
             out[d]["r"] += res["pearson"] if np.isfinite(res["pearson"]) else 0.0
-            if r_true is not None:
-                lo, hi = res["pearson_ci"]
-                out[d]["cover"] += lo <= r_true <= hi
-                plo, phi = percentile_r_ci(a, b, 0.95, rng)
-                out[d]["cover_pct"] += plo <= r_true <= phi
+            lo, hi = res["pearson_ci"]
+            out[d]["holds_r"] += lo <= res["pearson"] <= hi
+            if truths is not None:
+                iv = r_intervals(a, b, d, seed=i)
+                assert iv["r"] == tuple(res["pearson_ci"]), "the bench's draws are not the verdict's"
+                for key, (name, t) in {"cover": ("r", "r"), "cover_before": ("r_before", "r"),
+                                       "cover_d": ("d", "d"), "cover_d_before": ("d_before", "d")}.items():
+                    out[d][key] += iv[name][0] <= truths[t] <= iv[name][1]
     return {d: {k: v / draws for k, v in m.items()} for d, m in out.items()}
 
 
@@ -130,21 +152,22 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.time()
     print("(mean r: the framework verdict's r of the two mean curves, averaged over draws)")
-    print(f"true r of the rise case's expected mean curves: {true_r('rise'):.3f} (noise x 0.4: "
-          f"{true_r('rise', 0.4):.3f})")
+    print(f"true r of the rise case's expected mean curves: {true_r('rise'):.3f}, detrended "
+          f"{true_detrended_r('rise'):.3f} (noise x 0.4: {true_r('rise', 0.4):.3f}, {true_detrended_r('rise', 0.4):.3f})")
     print("| truth | data | seeds | read as | claims differ/co-move | interaction p < 0.05 | r CI covers true r "
-          "(this interval) | (old percentile) | mean r |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "(now) | (before: 95% quantiles) | detrended r CI covers (now) | (before) | r CI holds r | mean r |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for truth, noise in (("flat", 1.0), ("rise", 1.0), ("rise", 0.4)):
         for paired in (True, False):
             for n in (3, 6):
                 res = rates(n, paired=paired, truth=truth, draws=args.draws, noise=noise,
                             seed=1000 * n + 10 * paired + (truth == "rise") + int(100 * (noise != 1.0)))
                 for d, m in res.items():
-                    cov = (f"{m['cover']:.1%} | {m['cover_pct']:.1%}" if truth == "rise" else "– | –")
+                    cov = (" | ".join(f"{m[k]:.1%}" for k in ("cover", "cover_before", "cover_d", "cover_d_before"))
+                           if truth == "rise" else "– | – | – | –")
                     label = truth if noise == 1.0 else f"{truth}, drift and cell noise x {noise:g}"
                     print(f"| {label} | {'paired' if paired else 'independent'} | {n} | {d} | {m['claim']:.1%} | "
-                          f"{m['p05']:.1%} | {cov} | {m['r']:.2f} |", flush=True)
+                          f"{m['p05']:.1%} | {cov} | {m['holds_r']:.0%} | {m['r']:.2f} |", flush=True)
     print(f"{args.draws} draws per row, {time.time() - t0:.0f} s")
 
 

@@ -158,7 +158,8 @@ def sweep_cmd(
                 sw.sweep, spec, run_dirs, out, max_streams=max_streams, per_look=streams_per_look,
                 log=lambda line: typer.echo(line, err=as_json), environ=dict(os.environ), split=split, n_games=games,
                 policy_factory=factory, workers=workers, ray_address=ray, ray_num_cpus=ray_cpus,
-                ray_retries=ray_retries, progress=progress and not as_json, device=device, gpus=gpu_ids)
+                ray_retries=ray_retries, progress=progress and not as_json, device=device, gpus=gpu_ids,
+                cache_dir=cache_dir(cache))
         if as_json:
             print_json({"sequential": seq})
             return
@@ -171,7 +172,7 @@ def sweep_cmd(
             spec, run_dirs, out, environ=dict(os.environ), split=split, n_games=games, streams=n_streams,
             policy_factory=factory, workers=workers, ray_address=ray,
             ray_num_cpus=ray_cpus, ray_retries=ray_retries, progress=progress and not as_json, device=device,
-            gpus=gpu_ids,
+            gpus=gpu_ids, cache_dir=cache_dir(cache),
         )
     from twinrun.core.compare.track_results import log_sweep
 

@@ -38,6 +38,7 @@ class Curve:
     model: st.CellModel | None = None  # stream lifts by checkpoint (replicate streams); None with one stream
     streams: int = 1  # fewest streams in any of its cells
     start: str | None = None  # the run's start (ArmInfo.run_start); None: not recorded
+    start_hash: str | None = None  # its weights' hash (ArmInfo.run_start_hash); None: not recorded by hash
 
 
 PerRun = Callable[[np.ndarray], dict[str, Any]]  # arm indices of a run (step order) -> its extra entries
@@ -100,6 +101,7 @@ def run_curves(arms: list[ArmInfo], lift: np.ndarray, boot_lift: np.ndarray, set
         tt = entry["test_retest"]
         curve = Curve(run, steps, jj, L, B, rel, framework=first.framework, seed=first.seed,
                       model=(models or {}).get(run), streams=n_streams, start=first.run_start,
+                      start_hash=first.run_start_hash,
                       test_retest=tt["r"] if tt else None)
         runs[run] = entry
         curves[run] = curve

@@ -110,10 +110,10 @@ def load_game_tables(paths: Sequence[str | Path], *, several: bool, games_hash: 
             t.crossed, t.crossed_why = stated_crossing(t, manifests.get(sweep), positions)
         # each run's start as the sweep recorded it (sweep.json arms' run_start; absent in older sweeps): seeds
         # pair across groups only from one start (frameworks.seed_pairing)
-        starts = {a.get("arm"): a.get("run_start") for a in (manifests.get(sweep) or {}).get("arms") or []
-                  if isinstance(a, dict)}
+        starts = {a.get("arm"): (a.get("run_start"), a.get("run_start_hash"))
+                  for a in (manifests.get(sweep) or {}).get("arms") or [] if isinstance(a, dict)}
         for a in t.arms:
-            a.run_start = starts.get(a.name)
+            a.run_start, a.run_start_hash = starts.get(a.name, (None, None))
         tables.append(t)
     return sorted(tables, key=lambda t: (t.executor or "", t.sweep_id or ""))
 

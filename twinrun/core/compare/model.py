@@ -131,6 +131,7 @@ class ArmInfo:
     # the run's start (the curator weights its first step trained from: sweep.json's run_start, the model its
     # resolved config names); None: not recorded (older sweeps, published summaries)
     run_start: str | None = None
+    run_start_hash: str | None = None  # sweep.json's run_start_hash: the start's weights; None: not recorded by hash
     # published summaries only
     n: int | None = None
     successes: int | None = None

@@ -62,6 +62,9 @@ class ArmPlan:
     # the training run's start: the curator model its first step trained from, as its resolved config names it (the
     # warm start's folder name, or a hub id); seeds pair across frameworks only from one start (docs/compare.md)
     run_start: str | None = None
+    # sha256[:16] of that start's weight files where it is a local folder (:func:`start_weights_hash`); None: a hub
+    # id, a folder not found here, or a sweep older than this field ("start not recorded by hash")
+    run_start_hash: str | None = None
     # placement, rewritten each time the arm is started (docs/scale.md): the torch device its curator was loaded
     # on ("cpu", "cuda:3"; under Ray "cuda:0" of the GPUs Ray gave it), the physical GPU ids it was given (as
     # CUDA_VISIBLE_DEVICES says them; Ray: its GPU ids on `host`), the wave of a local --gpus sweep, the host
@@ -357,12 +360,9 @@ def _run_identity(run_dir: Path) -> tuple[str | None, str | None, int | None]:
     return backend, spec_hash, seed
 
 
-def run_start(run_dir: Path) -> str | None:
-    """The model a training run started from, by name, from its resolved_config.json: TRL's
-    ``twinrun_curator_model``, verl's ``actor_rollout_ref.model.path`` override (a folder's name, e.g. the warm start
-    ``tiny-qwen3-warm-<key>``, or a hub id); None where the folder records neither. A name, not a weight hash: a warm
-    start rebuilt under the same key on another machine keeps its name (the pair r in compare then shows how
-    strongly such runs pair)."""
+def _recorded_start(run_dir: Path) -> str | None:
+    """The start as the run's resolved_config.json records it: TRL's ``twinrun_curator_model`` (a local folder by its
+    name, or a hub id), verl's ``actor_rollout_ref.model.path`` override (an absolute folder, or a hub id)."""
     try:
         data = json.loads(RunPaths(run_dir).resolved_config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -370,9 +370,40 @@ def run_start(run_dir: Path) -> str | None:
     if not isinstance(data, dict):
         return None
     name = data.get("twinrun_curator_model") or (data.get("overrides") or {}).get("actor_rollout_ref.model.path")
-    if not isinstance(name, str) or not name:
+    return name if isinstance(name, str) and name else None
+
+
+def run_start(run_dir: Path) -> str | None:
+    """The model a training run started from, by name (a folder's name, e.g. the warm start
+    ``tiny-qwen3-warm-<key>``, or a hub id); None where the folder records neither. A warm start rebuilt under the
+    same key on another machine keeps its name: :func:`start_weights_hash` tells such starts apart."""
+    name = _recorded_start(run_dir)
+    if name is None:
         return None
     return Path(name).name if Path(name).is_absolute() else name
+
+
+def start_weights_hash(run_dir: Path, roots: Sequence[str | Path] = ()) -> str | None:
+    """sha256[:16] over the run's start's ``*.safetensors`` files (names and bytes, sorted), where the start is a
+    local folder here: verl's absolute path, or a folder of that name under one of ``roots`` (the cache the warm
+    start was built in; TRL records the name only). None: a hub id, no such folder, or no safetensors in it. Why
+    the weights and not the name: a warm start rebuilt on another machine has the same name and other weights."""
+    name = _recorded_start(run_dir)
+    if name is None:
+        return None
+    folders = [Path(name)] if Path(name).is_absolute() else [Path(r) / name for r in roots]
+    folder = next((f for f in folders if f.is_dir()), None)
+    files = sorted(folder.glob("*.safetensors")) if folder is not None else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
 
 
 def executor_name(spec: Any) -> str:
@@ -437,14 +468,16 @@ def arm_name(run: str, step: int, replicate: int = 0) -> str:
 def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, games: Sequence[Any],
                split: str, executor_settings_hash: str | None, streams: int = 1,
                curator_dtype: str | None = None, curator_server: str | None = None,
-               excluded_games: Mapping[str, str] | None = None) -> SweepPlan:
+               excluded_games: Mapping[str, str] | None = None,
+               start_roots: Sequence[str | Path] = ()) -> SweepPlan:
     """Create the manifest, or extend an existing one with new arms (same spec, games, number of streams and
     evaluation dtype, else refused before anything is written).
 
     streams: replicate streams per arm; every checkpoint arm and the baseline gets replicates 0..streams-1;
     curator_dtype: the one dtype every checkpoint is loaded at (:func:`eval_dtype`); curator_server: how the
     curators generate (sweep.curator_server; None: in process); excluded_games: games left out of the split
-    before `games` was drawn, with why (recorded in a new manifest; see sweep.split_exclusions)."""
+    before `games` was drawn, with why (recorded in a new manifest; see sweep.split_exclusions); start_roots: where
+    a run's start recorded by name only is looked for to hash its weights (the warm-start cache)."""
     out = Path(out_dir)
     existing = check_streams(out, streams)
     if curator_dtype is not None:
@@ -500,6 +533,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             )
         backend, run_spec, run_seed = _run_identity(run_dir)
         start = run_start(Path(run_dir))
+        start_hash = start_weights_hash(Path(run_dir), start_roots)
         _check_run_shape(run_dir, spec)
         for step, path in ckpts:
             known = have.get(arm_name(run, step))
@@ -509,7 +543,7 @@ def plan_sweep(spec: Any, run_dirs: Mapping[str, Path], out_dir: str | Path, *, 
             for r in range(streams):
                 add(ArmPlan(arm=arm_name(run, step, r), role="checkpoint", replicate=r, run=run,
                             run_dir=str(Path(run_dir).resolve()), backend=backend, run_spec_hash=run_spec, run_seed=run_seed,
-                            run_start=start,
+                            run_start=start, run_start_hash=start_hash,
                             checkpoint_step=step, checkpoint_path=str(path.resolve()), checkpoint_hash=chash,
                             checkpoint_stat=stat))
     out.mkdir(parents=True, exist_ok=True)

@@ -130,7 +130,7 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
           workers: int | None = None, ray_address: str | None = None,
           ray_num_cpus: int | None = None, ray_retries: int = 3, progress: bool = True, arms: Sequence[str] | None = None,
           executor: Any = None, device: str = "cpu", gpus: Sequence[int] = (),
-          ray_num_gpus: int | None = None) -> SweepResult:
+          ray_num_gpus: int | None = None, cache_dir: str | Path | None = None) -> SweepResult:
     """Evaluate every checkpoint of each run and a same-sweep baseline on the held-out games (resumable).
 
     run_dirs: training run folders (``NAME=PATH`` strings or a name -> path mapping); data_root: the ALFWorld
@@ -146,7 +146,8 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
     curator on its own GPU, in waves (:mod:`twinrun.core.sweeps.placement`; under Ray with a device other than cpu
     each checkpoint's task asks Ray for a GPU; ray_num_gpus: GPUs of a "local" Ray cluster). Every checkpoint is loaded at one dtype
     (:func:`eval_dtype`: sweep.curator_dtype, else curator.precision's on a GPU and float32 on CPU); the policy
-    factory reads it from ``spec.sweep.curator_dtype``, which is set to the resolved dtype here.
+    factory reads it from ``spec.sweep.curator_dtype``, which is set to the resolved dtype here. cache_dir: where
+    warm starts were built (default ``environ['TWINRUN_CACHE']``): a run's start recorded by name is hashed there.
     """
     from twinrun.core.envs import make_catalog
 
@@ -182,7 +183,10 @@ def sweep(spec: Any, run_dirs: Sequence[str | Path] | Mapping[str, str | Path], 
         ex_hash = executor_settings_hash(spec.executor, prompts)
     plan = plan_sweep(spec, runs, out_dir, games=games, split=split, executor_settings_hash=ex_hash,
                       streams=n_streams, curator_dtype=dtype, curator_server=spec.sweep.curator_server,
-                      excluded_games=excluded)
+                      excluded_games=excluded,
+                      # a warm start recorded by name is hashed where it was built (the cache the backends use)
+                      start_roots=[cache_dir] if cache_dir else [environ["TWINRUN_CACHE"]] if environ and environ.get(
+                          "TWINRUN_CACHE") else [])
     unknown = sorted(set(arms or ()) - {a.arm for a in plan.arms})
     if unknown:
         raise SweepError(f"arms: {unknown[0]!r} is not an arm of this sweep (fix: one of {[a.arm for a in plan.arms]})")
