@@ -249,7 +249,7 @@ def _framework_pair(fa: str, ca: list[Curve], fb: str, cb: list[Curve], pairs: l
     what = ("framework x checkpoint term (within seed, against the pairs' seed x checkpoint)" if paired
             else "framework x checkpoint term (against seed x checkpoint)")
     out.update({"pearson": pr, "pearson_ci": list(pr_ci), "pearson_detrended": dr, "pearson_detrended_ci": list(dr_ci),
-"r_interval": R_INTERVAL,
+                "r_interval": R_INTERVAL,
                 "equivalence": st.equivalence_record(band, BAND_LEVEL, settings.delta),
                 "interaction": {"method": method, **anova}})
     ev = ShapeEvidence(fa, fb, k, None, pearson=pr, pearson_ci=pr_ci, detrended=dr, detrended_ci=dr_ci,
