@@ -42,9 +42,11 @@ ROWS = 4  # trained rows whose completion tokens are compared
 
 @pytest.fixture(scope="module")
 def colocated(repo_root, cache_dir, alfworld_data, tmp_path_factory):
-    """(spec, run folder, summary, the trainer, wall seconds, engine start seconds): one real 2-step run; the engine lives until the
-    module ends, then goes with the process group and the environment variables TRL set for it."""
+    """(spec, run folder, summary, the trainer, wall seconds, engine start seconds): one real 2-step run; the engine
+    lives until the module ends, then goes with the process group, the environment variables TRL set for it and
+    the oneDNN flag train turned off."""
     import torch
+    from vllm import LLM, _custom_ops
 
     from twinrun.backends.trl.per_position import PerPositionGRPOTrainer
     from twinrun.backends.trl.train import train
@@ -60,8 +62,6 @@ def colocated(repo_root, cache_dir, alfworld_data, tmp_path_factory):
         trainers.append(self)
         return stock_train(self, *args, **kwargs)
 
-    from vllm import LLM
-
     stock_llm, starts = LLM.__init__, []
 
     def timed(self, *args, **kwargs):  # the engine's start inside TRL's trainer (reported, not asserted)
@@ -69,7 +69,7 @@ def colocated(repo_root, cache_dir, alfworld_data, tmp_path_factory):
         stock_llm(self, *args, **kwargs)
         starts.append(time.perf_counter() - t)
 
-    environ = dict(os.environ)
+    environ, onednn = dict(os.environ), _custom_ops._supports_onednn  # train turns the flag off in this process
     t0 = time.perf_counter()
     try:
         with pytest.MonkeyPatch.context() as mp:
@@ -88,6 +88,7 @@ def colocated(repo_root, cache_dir, alfworld_data, tmp_path_factory):
             torch.distributed.destroy_process_group()
         os.environ.clear()
         os.environ.update(environ)
+        _custom_ops._supports_onednn = onednn
 
 
 def engine_logprobs(llm, prompt_ids, completion_ids):
