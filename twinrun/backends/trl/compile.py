@@ -17,6 +17,7 @@ from twinrun.backends.compiled import (
     executor_episodes,
     world_size,
 )
+from twinrun.backends.trl.cpu_vllm import CPU_ENGINE, check_cpu_engine
 from twinrun.core.errors import TwinrunError
 from twinrun.core.spec import ExperimentSpec
 
@@ -128,13 +129,18 @@ def compile_spec(spec: ExperimentSpec) -> CompiledBackend:
         # --- device
         "use_cpu": on_cpu,
         "gradient_checkpointing": False if on_cpu else True,
-        "use_vllm": False if on_cpu else True,
+        "use_vllm": False if on_cpu else True,  # on CPU: overrides.trl.use_vllm true asks for a colocated engine
     }
     if per_rollout == 1:
         kwargs["max_tool_calling_iterations"] = spec.environment.group_size
     if not on_cpu:
         kwargs["vllm_mode"] = "colocate"
-    kwargs = apply_native_overrides(kwargs, spec.overrides.get("trl", {}), "trl")
+    native = spec.overrides.get("trl", {})
+    if on_cpu and native.get("use_vllm"):  # a CPU engine asked for (overrides.trl may still change its settings)
+        kwargs.update(CPU_ENGINE)
+    kwargs = apply_native_overrides(kwargs, native, "trl")
+    if on_cpu and kwargs["use_vllm"]:
+        check_cpu_engine(kwargs)
     counts = derive_counts(spec, kwargs, w)
     return CompiledBackend(backend="trl", framework=f"trl=={TRL_VERSION}", config=kwargs, counts=counts, knobs=_knobs(spec, kwargs))
 

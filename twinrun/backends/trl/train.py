@@ -106,6 +106,7 @@ def _fit(spec: Any, paths: Any, config: Any, model_path: str, state: Any, *, upd
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
 
+    from twinrun.backends.trl.cpu_vllm import check_engine_loadable, prepare_cpu_engine
     from twinrun.backends.trl.environment import SessionBroker, check_tool_surface, dataset_row
     from twinrun.backends.trl.records import RunRecorder, export_checkpoint
     from twinrun.backends.trl.trainer import TwinrunGRPOTrainer
@@ -168,6 +169,9 @@ def _fit(spec: Any, paths: Any, config: Any, model_path: str, state: Any, *, upd
                       updates_per_step=updates_per_step, on_batch=recorder.on_batch,
                       max_unmeasured_share=spec.executor.max_unmeasured_share,
                       max_missing_turn_share=spec.curator.max_missing_turn_share)
+        cpu_engine = config.use_vllm and spec.resources.gpus_per_node == 0  # TRL's colocated vLLM on CPU
+        if cpu_engine:
+            prepare_cpu_engine(os.environ)
         if spec.curator.context == "per_position":
             from twinrun.backends.trl.per_position import PerPositionGRPOTrainer, composite_reward_function
 
@@ -181,6 +185,8 @@ def _fit(spec: Any, paths: Any, config: Any, model_path: str, state: Any, *, upd
                 **common, reward_funcs=[broker.reward_function()], environment_factory=broker.new_environment,
                 broker=broker, keep_row_tokens=keep_row_tokens,
             )
+        if cpu_engine:
+            check_engine_loadable(trainer.vllm_generation)
         from twinrun.models.forced_turns import forced_turns, install_forced_turns
 
         forced = forced_turns(model_path, tokenizer)  # a test stand-in's scripted turns; None for every real model
