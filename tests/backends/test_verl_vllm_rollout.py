@@ -111,8 +111,9 @@ def test_engine_log_probs_are_the_actors_after_each_weight_sync(run):
 def test_a_cpu_linear_layer_keeps_its_weight_for_the_next_sync(monkeypatch):
     """twinrun's fix (backends/verl/vllm_cpu.py), on vLLM's own CPU GEMM dispatch: stock vLLM hands a bf16 linear
     weight to its kernel and leaves an empty parameter (where the next sync's ``weight_loader`` was); patched, the
-    weight stays, and dispatching again after a sync (verl's ``process_weights_after_loading``) computes with the
-    synced weight. No engine starts here."""
+    weight stays. The kernel computes with its own packed copy, so a sync reaches it only when the layer is
+    dispatched again (verl's ``process_weights_after_loading`` after each sync); then it computes with the synced
+    weight. No engine starts here."""
     import torch
     import vllm.model_executor.layers.utils as layer_utils
 
@@ -134,8 +135,11 @@ def test_a_cpu_linear_layer_keeps_its_weight_for_the_next_sync(monkeypatch):
     kept = linear(before)
     layer_utils.dispatch_cpu_unquantized_gemm(kept, remove_weight=True)
     kept.weight.weight_loader(kept.weight, after)  # a sync
+    want = torch.nn.functional.linear(x.float(), after.float())
+    old = torch.nn.functional.linear(x.float(), before.float())
+    # the kernel packed its own copy: until the layer is dispatched again it computes with the old weight
+    assert (kept.cpu_linear(x, kept.weight, None).float() - old).abs().max() < 0.05 * old.abs().max()
     layer_utils.dispatch_cpu_unquantized_gemm(kept, remove_weight=True)  # verl's post-sync processing
     got = kept.cpu_linear(x, kept.weight, None).float()
-    want = torch.nn.functional.linear(x.float(), after.float())
     assert (got - want).abs().max() < 0.05 * want.abs().max()
-    assert (got - torch.nn.functional.linear(x.float(), before.float())).abs().max() > 0.5 * want.abs().max()
+    assert (got - old).abs().max() > 0.5 * want.abs().max()
