@@ -235,3 +235,15 @@ def test_verls_vllm_rollout_refuses_a_curator_vllms_cpu_attention_cannot_serve(r
     msg = str(e.value)
     assert "\n" not in msg and "head_dim 16 and sliding-window layers" in msg and "VLLM_SHAPE" in msg
     assert not paths.root.exists()
+
+
+def test_the_cli_guard_refuses_the_smoke_arms_own_curator_for_the_vllm_rollout(repo_root):
+    """check_runnable (what `twinrun train`/`run` call before the run folder exists): ``tiny-qwen3`` is warm-started
+    later, on its builder's shape (head_dim 16, sliding window), which vLLM's CPU attention refuses."""
+    from twinrun.backends.verl.compile import check_runnable
+    from twinrun.core.errors import TwinrunError
+
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", [VLLM_ROLLOUT])
+    with pytest.raises(TwinrunError, match=r"curator tiny-qwen3 has head_dim 16 and sliding-window layers; .*fix:"):
+        check_runnable(spec, log=lambda line: None)
+    check_runnable(load_spec(repo_root / "experiments" / "smoke-cpu.yaml"), log=lambda line: None)  # hf: no check
