@@ -5,8 +5,8 @@ It registers, in verl's own registries:
 2. the curator agent loop (``twinrun_curator``) and the trainer that counts mini-batches in rows
    (``twinrun_rows``, rows_trainer.py);
 3. the transformers rollout (rollout ``hf``, mode ``async``, and its ``RolloutReplica``);
-4. the ``cpu`` platform, and, when ``VERL_PLATFORM=cpu``, the two CPU fixes (`cpu_platform.py`); inside a vLLM
-   engine on CPU, the fix that lets verl's vLLM rollout load the actor's weights every step (`vllm_cpu.py`);
+4. the ``cpu`` platform, and, when ``VERL_PLATFORM=cpu``, the two CPU fixes (`cpu_platform.py`) and, inside
+   verl's vLLM engine, the fix that lets it load the actor's weights every step (`vllm_cpu.py`);
 5. one environment fix: verl's FSDP engine patches TRL's ``AutoModelForCausalLMWithValueHead`` whenever *any* trl
    is installed (`verl.models.transformers.monkey_patch`), and trl 1.16 (which twinrun's TRL backend pins in the
    same environment) no longer has that class: ``ImportError: cannot import name
@@ -87,7 +87,9 @@ def register_all() -> None:
     cpu_platform.register_platform()
     if cpu_platform.cpu_requested():
         cpu_platform.apply_cpu_fixes()
-    vllm_cpu.keep_linear_weights()  # only inside a vLLM engine on CPU (verl's vLLM rollout's weight sync)
+        # inside verl's vLLM engine on CPU only (the engine's processes inherit VERL_PLATFORM from verl's child): a
+        # vLLM engine of another framework in this process (TRL's colocate) does not re-pack after its syncs
+        vllm_cpu.keep_linear_weights()
     register_estimators()
     register_rollout()
     register_agent_loop()

@@ -15,7 +15,10 @@ a second copy of the linear weights in the engine's memory. GPUs are untouched (
 platform is the CPU).
 
 The vLLM engine's worker process imports verl (its ``worker_extension_cls``) before it loads the model, and
-``import verl`` runs twinrun's plugin (plugin.py), which calls :func:`keep_linear_weights` there.
+``import verl`` runs twinrun's plugin (plugin.py), which calls :func:`keep_linear_weights` there when
+``VERL_PLATFORM=cpu`` (twinrun's verl child sets it; the engine's processes inherit it). Not elsewhere: an engine
+that is synced without the re-pack (TRL's colocate sync calls ``load_weights`` only) would keep generating with
+its old packed weights instead of failing.
 """
 
 from __future__ import annotations
