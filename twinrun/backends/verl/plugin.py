@@ -5,7 +5,8 @@ It registers, in verl's own registries:
 2. the curator agent loop (``twinrun_curator``) and the trainer that counts mini-batches in rows
    (``twinrun_rows``, rows_trainer.py);
 3. the transformers rollout (rollout ``hf``, mode ``async``, and its ``RolloutReplica``);
-4. the ``cpu`` platform, and, when ``VERL_PLATFORM=cpu``, the two CPU fixes (`cpu_platform.py`);
+4. the ``cpu`` platform, and, when ``VERL_PLATFORM=cpu``, the two CPU fixes (`cpu_platform.py`) and, inside
+   verl's vLLM engine, the fix that lets it load the actor's weights every step (`vllm_cpu.py`);
 5. one environment fix: verl's FSDP engine patches TRL's ``AutoModelForCausalLMWithValueHead`` whenever *any* trl
    is installed (`verl.models.transformers.monkey_patch`), and trl 1.16 (which twinrun's TRL backend pins in the
    same environment) no longer has that class: ``ImportError: cannot import name
@@ -79,13 +80,16 @@ def narrow_trl_check() -> None:
 
 
 def register_all() -> None:
-    from twinrun.backends.verl import cpu_platform
+    from twinrun.backends.verl import cpu_platform, vllm_cpu
     from twinrun.backends.verl.estimators import register_estimators
 
     narrow_trl_check()
     cpu_platform.register_platform()
     if cpu_platform.cpu_requested():
         cpu_platform.apply_cpu_fixes()
+        # inside verl's vLLM engine on CPU only (the engine's processes inherit VERL_PLATFORM from verl's child): a
+        # vLLM engine of another framework in this process (TRL's colocate) does not re-pack after its syncs
+        vllm_cpu.keep_linear_weights()
     register_estimators()
     register_rollout()
     register_agent_loop()

@@ -65,6 +65,9 @@ class RowsTrainer(PPOTrainerSync):
         with self._mini_batch_in_rows():
             return super()._update_actor(batch, metrics)
 
+    def _rollout_log_probs(self) -> bool:
+        return bool(self.config.actor_rollout_ref.rollout.get("calculate_log_probs", False))
+
     # -- rows.jsonl
     def _record_rows(self, batch: Any) -> None:
         run_dir = self.config.trainer.get(RUN_DIR_KEY)
@@ -76,9 +79,14 @@ class RowsTrainer(PPOTrainerSync):
         from twinrun.core.advantages.training_rows import TrainingRowRecord, token_runs
 
         keep = bool(self.config.trainer.get(ROW_TOKENS_KEY, False))
-        fields = ["uid", "prompts", "responses", "response_mask", "advantages"] + (["extra_fields"] if keep else [])
+        # keep (tests): also each loss token's log-prob as the rollout engine returned it and as the actor recomputed
+        # it before the update (verl's old_log_probs), so a test can hold the engine to the actor token by token
+        logprob_fields = ["rollout_log_probs", "old_log_probs"] if keep and self._rollout_log_probs() else []
+        fields = (["uid", "prompts", "responses", "response_mask", "advantages"]
+                  + (["extra_fields", *logprob_fields] if keep else []))
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         extras = _as_list(data["extra_fields"]) if keep else [None] * len(batch.keys)
+        logprobs = {f: data[f].unbind() for f in logprob_fields}
         uids = _as_list(data["uid"])
         prompts = data["prompts"].unbind()
         responses = data["responses"].unbind()
@@ -107,11 +115,19 @@ class RowsTrainer(PPOTrainerSync):
                 prompt_ids=prompt if keep else None,
                 completion_ids=responses[i].tolist() if keep else None,
                 messages=(extras[i] or {}).get(MESSAGES_FIELD) if keep else None,
-                extra={"uid": group},
+                extra={"uid": group, **{f: _loss_values(v[i], mask) for f, v in logprobs.items()}},
             )
             rows.append(rec.model_dump(mode="json", exclude_none=True))
         with JsonlWriter(RunPaths(Path(run_dir)).rows) as writer:
             writer.write_many(rows)
+
+
+def _loss_values(values: Any, mask: Any) -> list[float]:
+    """A response-aligned per-token tensor's values on the loss tokens."""
+    values = values.double()
+    if values.shape == mask.shape:
+        return values[mask].tolist()
+    return values[: int(mask.sum())].tolist()  # unpadded (a nested tensor's row): the response's own tokens
 
 
 def _as_list(x: Any) -> list[Any]:

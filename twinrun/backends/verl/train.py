@@ -216,6 +216,9 @@ def build_overrides(spec: Any, paths: RunPaths, dirs: VerlRunDirs, model: str) -
             raise TwinrunError(f"resources.nodes: {spec.resources.nodes} CPU nodes need a Ray cluster (fix: "
                                "resources.ray_address, or nodes: 1 with resources.processes)")
         ov = {**compiled, **vconfig.cpu_overrides(workers=int(compiled["trainer.n_gpus_per_node"]))}
+        if vconfig.rollout_name(spec) == vconfig.VLLM_ROLLOUT:  # verl's own vLLM rollout, asked for by the spec
+            vconfig.check_cpu_vllm_model(model)
+            ov.update(vconfig.cpu_vllm_overrides(spec))
     else:
         ov = {**compiled, **vconfig.gpu_overrides(spec)}
     ov.update({
@@ -346,6 +349,8 @@ def _child_env(spec: Any, metrics_log: Path) -> dict[str, str]:
         "RAY_DEDUP_LOGS": "0",
         "PYTHONUNBUFFERED": "1",
     })
+    if spec.resources.gpus_per_node == 0 and vconfig.rollout_name(spec) == vconfig.VLLM_ROLLOUT:
+        env.update({k: env.get(k, v) for k, v in vconfig.VLLM_CPU_ENV.items()})
     if spec.resources.gpus_per_node == 0:
         env.update({"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "OMP_NUM_THREADS": "1",
                     "MKL_NUM_THREADS": "1"})
