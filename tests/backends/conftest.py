@@ -13,7 +13,7 @@ import pytest
 
 from twinrun.core.curation.context_shape import ids_digest, input_digest, prompt_token_ids
 from twinrun.core.curation import CuratorPrompts
-from twinrun.core.records import RunPaths, read_jsonl
+from twinrun.core.records import RunPaths, StepMetrics, read_jsonl
 from twinrun.core.curation.toolcalls import CURATE_TOOL
 from twinrun.core.advantages.training_rows import rollout_rows, row_advantages, rows_by_key
 
@@ -68,6 +68,21 @@ def check_per_position_rows(run: Path, spec: Any, tokenizer: Any, backend: str, 
 @pytest.fixture
 def per_position_rows_check():
     return check_per_position_rows
+
+
+def _assert_two_steps_at_plans_counts(out: Path, summary: dict[str, Any], counts: dict[str, int]) -> None:
+    """A 2-step run wrote steps 1 and 2, checkpointed step 2, and every step's metrics row holds plan's counts."""
+    metrics = [StepMetrics.model_validate(r) for r in read_jsonl(RunPaths(out).metrics)]
+    assert [m.step for m in metrics] == [1, 2] and summary["checkpoints"] == [2]
+    for m in metrics:
+        assert m.curation_rollouts == counts["curation_trajectories"]
+        assert m.executor_episodes == counts["executor_episodes"]
+        assert m.optimizer_updates == counts["optimizer_updates"] and m.grad_norm is not None
+
+
+@pytest.fixture
+def assert_two_steps_at_plans_counts():
+    return _assert_two_steps_at_plans_counts
 
 
 def saved_weight_dtypes(checkpoint: Path) -> set[str]:

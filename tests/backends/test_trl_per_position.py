@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
+from twinrun.core.records import RunPaths, read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl, pytest.mark.alfworld, pytest.mark.sampling]
@@ -31,18 +31,13 @@ def run(spec, cache_dir, alfworld_data, tmp_path_factory):
     return out, summary
 
 
-def test_per_position_trains_two_steps_with_plans_counts(spec, run):
+def test_per_position_trains_two_steps_with_plans_counts(spec, run, assert_two_steps_at_plans_counts):
     from twinrun.backends.trl.compile import compile_spec
 
     out, summary = run
     counts = compile_spec(spec).counts
     assert counts["training_rows"] == counts["curation_trajectories"] * spec.environment.group_size
-    metrics = [StepMetrics.model_validate(r) for r in read_jsonl(RunPaths(out).metrics)]
-    assert [m.step for m in metrics] == [1, 2] and summary["checkpoints"] == [2]
-    for m in metrics:
-        assert m.curation_rollouts == counts["curation_trajectories"]
-        assert m.executor_episodes == counts["executor_episodes"]
-        assert m.optimizer_updates == counts["optimizer_updates"] and m.grad_norm is not None
+    assert_two_steps_at_plans_counts(out, summary, counts)
     assert len(list(read_jsonl(RunPaths(out).rollouts))) == 2 * counts["curation_trajectories"]
 
 

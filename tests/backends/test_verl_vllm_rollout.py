@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
+from twinrun.core.records import RunPaths, read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
 from twinrun.testing import vllm_engine  # noqa: E402
 
@@ -67,17 +67,12 @@ def test_the_run_generated_with_verls_vllm_rollout_in_bf16(run):
     assert "vLLMHttpServer" in log and "twinrun_hf_server" not in log
 
 
-def test_two_steps_complete_with_plans_counts(spec, run):
+def test_two_steps_complete_with_plans_counts(spec, run, assert_two_steps_at_plans_counts):
     from twinrun.backends.verl.compile import compile_spec
 
     out, summary = run
     counts = compile_spec(spec).counts
-    metrics = [StepMetrics.model_validate(r) for r in read_jsonl(RunPaths(out).metrics)]
-    assert [m.step for m in metrics] == [1, 2] and summary["checkpoints"] == [2]
-    for m in metrics:
-        assert m.curation_rollouts == counts["curation_trajectories"]
-        assert m.executor_episodes == counts["executor_episodes"]
-        assert m.optimizer_updates == counts["optimizer_updates"] and m.grad_norm is not None
+    assert_two_steps_at_plans_counts(out, summary, counts)
 
 
 def test_trained_rows_are_cores_position_inputs_with_cores_advantages(spec, run, per_position_rows_check):

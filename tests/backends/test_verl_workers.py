@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("ray")
 
-from twinrun.core.records import RunPaths, StepMetrics, read_jsonl  # noqa: E402
+from twinrun.core.records import RunPaths, read_jsonl  # noqa: E402
 from twinrun.core.spec import load_spec  # noqa: E402
 from twinrun.testing.tracker_files import check_wandb_training_run, tracked  # noqa: E402
 
@@ -47,7 +47,7 @@ def run(spec, cache_dir, alfworld_data, tmp_path_factory):
     return out, summary
 
 
-def test_two_workers_train_with_plans_counts(spec, run):
+def test_two_workers_train_with_plans_counts(spec, run, assert_two_steps_at_plans_counts):
     from twinrun.backends.verl.compile import compile_spec
     from twinrun.app.plan import build_plan
 
@@ -62,12 +62,7 @@ def test_two_workers_train_with_plans_counts(spec, run):
     actor = out / "verl" / "ckpt" / "global_step_2" / "actor"
     assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
         "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
-    metrics = [StepMetrics.model_validate(r) for r in read_jsonl(RunPaths(out).metrics)]
-    assert [m.step for m in metrics] == [1, 2] and summary["checkpoints"] == [2]
-    for m in metrics:
-        assert m.curation_rollouts == counts["curation_trajectories"]
-        assert m.executor_episodes == counts["executor_episodes"]
-        assert m.optimizer_updates == counts["optimizer_updates"] and m.grad_norm is not None
+    assert_two_steps_at_plans_counts(out, summary, counts)
 
 
 def test_every_rollout_has_one_record_and_every_position_one_trained_row(spec, run, per_position_rows_check):
