@@ -443,9 +443,9 @@ def test_the_controls_prose_numbers_are_the_blocks(controls_sweep):
     assert (f"carries {bl['share']:.2f} [{bl['ci'][0]:.2f}, {bl['ci'][1]:.2f}] of the between-stream variance (error "
             f"SD of a stream's lift {100 * bl['sd_nested']:.1f} pp nested, {100 * bl['sd_blocked']:.1f} pp") in text
     timings = (ROOT / "experiments" / "controls" / "data" / "driver-timings.txt").read_text(encoding="utf-8")
-    first, second = timings.split("\n# 2026-12-04")  # one section per machine
-
     import re
+
+    first, second, *third = re.split(r"\n# 2026-12-0[46]", timings)  # one section per machine
 
     def secs(section):
         return {kind: sum(int(m.group(2)) for ln in section.splitlines()
@@ -455,6 +455,10 @@ def test_the_controls_prose_numbers_are_the_blocks(controls_sweep):
     one, two = secs(first), secs(second)
     assert f"training took {one['train']:,} s" in text and f"Their sweeps took {one['sweep']:,} s" in text
     assert f"the second machine's runs took {two['train']:,} s of training and {two['sweep']:,} s of sweep" in text
+    for section in third:  # the third machine's (issue 50's unpaired runs)
+        three = secs(section)
+        assert (f"the third machine's runs took {three['train']:,} s of training and {three['sweep']:,} s of "
+                "sweep") in text
 
 
 def test_the_pages_figures_are_compares_plots_of_the_controls(tmp_path, monkeypatch):
@@ -619,3 +623,20 @@ def test_the_committed_unpaired_negative_control_could_fail_and_does_not():
     assert ind["n"] == 10 and ind["rank"] < ind["n"]
     assert (f'Read independent it says "no evidence either way" (p {cmp["interaction"]["p_value"]:.2f}), and its true '
             f"split ranks {ind['rank']} of {ind['n']}") in _text()
+
+
+def test_the_unpaired_negative_control_could_fail_and_does_not():
+    """The unpaired negative control's own runs (TRL seeds 10-12 against verl seeds 20-22, trained on one machine),
+    read independent: the verdict is not "differ", its true split is not the one with the
+    smallest F (its null can fail), and the prose quotes the verdict, p and the rank."""
+    permute = _module("permute")
+    an = _analyse()
+    c = _findings()["negative-unpaired"]
+    cmp = _cmp(c)
+    assert c["seed_design"] == "independent" and cmp["verdict"] not in ("shapes differ", "co-move, profiles differ")
+    _, _, a, b, same = an.group_matrices(c)
+    assert not same and a.shape[0] == b.shape[0] == 3
+    ind = permute.check(a, b, "independent")
+    assert ind["n"] == 10 and ind["rank"] < ind["n"]
+    assert (f'The unpaired negative control says "{cmp["verdict"]}" (p {cmp["interaction"]["p_value"]:.2f}) read '
+            f"independent, and its true split ranks {ind['rank']} of {ind['n']}") in _text()

