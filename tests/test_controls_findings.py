@@ -638,5 +638,5 @@ def test_the_unpaired_negative_control_could_fail_and_does_not():
     assert not same and a.shape[0] == b.shape[0] == 3
     ind = permute.check(a, b, "independent")
     assert ind["n"] == 10 and ind["rank"] < ind["n"]
-    assert (f'The unpaired negative control says "{cmp["verdict"]}" (p {cmp["interaction"]["p_value"]:.2f}) read '
+    assert (f'The unpaired negative control says "{_short(cmp["verdict"])}" (p {cmp["interaction"]["p_value"]:.2f}) read '
             f"independent, and its true split ranks {ind['rank']} of {ind['n']}") in _text()

@@ -179,6 +179,8 @@ def test_compact_add_joins_the_unpaired_negative_controls_runs(tmp_path, capsys,
     an.compact(_controls_folder(tmp_path / "first", "first", FIRST), committed)
     before = an.rows.read(committed)
     monkeypatch.setattr(an, "ROWS", committed)
+    # a later sweep under the committed plan joins the committed file (the real one played other games: its own file)
+    monkeypatch.delitem(an.CONTROLS["negative-unpaired"], "rows")
     src = _controls_folder(tmp_path / "later", "later", ["trl-s0", *UNPAIRED])  # trl-s0 replayed: not re-added
     assert an.main(["compact", "--add", "--from", str(src)]) == 0
     out = capsys.readouterr().out
