@@ -18,14 +18,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from twinrun.core.sweeps.served import VLLM_COMMAND, CuratorServer, free_port, launch_argv
+from twinrun.core.sweeps.served import VLLM_COMMAND, VLLM_CPU_ENV, CuratorServer, free_port, launch_argv
 
 # the CPU engine's knobs, added to twinrun's template: eager (no torch.compile), a small share of host memory, and
 # no chunked prefill: a seeded request whose prefill is split rewinds its torch generator's offset, which a CPU
 # generator refuses ("CPU Generator does not use offset", vllm/v1/worker/gpu_model_runner.py:3750), and the engine
 # dies; a sweep's requests are all seeded
 CPU_FLAGS = ("--enforce-eager", "--gpu-memory-utilization", "0.1", "--no-enable-chunked-prefill")
-CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB; set, it replaces the memory-utilization reservation
+CPU_ENV = VLLM_CPU_ENV
 START_TIMEOUT_S = 900.0
 NICE = 5
 

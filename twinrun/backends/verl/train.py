@@ -33,10 +33,10 @@ from typing import Any
 
 import yaml
 
+from twinrun.backends.verl import compile as vcompile
 from twinrun.backends.verl import config as vconfig
 from twinrun.backends.verl.checkpoints import is_complete, merge_to_hf
 from twinrun.backends.verl.child import POLL_S, run_child
-from twinrun.backends.verl import compile as vcompile
 from twinrun.backends.verl.compile import compile_spec, native_overrides
 from twinrun.backends.verl.metrics import write_step_metrics
 from twinrun.backends.verl.names import (
@@ -50,6 +50,7 @@ from twinrun.backends.verl.names import (
 from twinrun.backends.verl.progress import VerlProgress
 from twinrun.core.errors import InfrastructureError, TwinrunError
 from twinrun.core.records import RunPaths, atomic_write_text, read_jsonl
+from twinrun.core.sweeps.served import VLLM_CPU_ENV
 from twinrun.core.records.lifecycle import RunLifecycle, run_lifecycle, truncate_records
 from twinrun.core.advantages.step_health import MissingTurnsError
 from twinrun.core.records.tracking import step_reporter
@@ -217,7 +218,7 @@ def build_overrides(spec: Any, paths: RunPaths, dirs: VerlRunDirs, model: str) -
             raise TwinrunError(f"resources.nodes: {spec.resources.nodes} CPU nodes need a Ray cluster (fix: "
                                "resources.ray_address, or nodes: 1 with resources.processes)")
         ov = {**compiled, **vconfig.cpu_overrides(workers=int(compiled["trainer.n_gpus_per_node"]))}
-        if vcompile.rollout_name(spec) == vcompile.VLLM_ROLLOUT:  # verl's own vLLM rollout, asked for by the spec
+        if vcompile.cpu_vllm_rollout(spec):  # verl's own vLLM rollout, asked for by the spec
             vcompile.check_cpu_vllm_model(model)
             ov.update(vconfig.cpu_vllm_overrides(spec))
     else:
@@ -350,8 +351,8 @@ def _child_env(spec: Any, metrics_log: Path) -> dict[str, str]:
         "RAY_DEDUP_LOGS": "0",
         "PYTHONUNBUFFERED": "1",
     })
-    if spec.resources.gpus_per_node == 0 and vcompile.rollout_name(spec) == vcompile.VLLM_ROLLOUT:
-        env.update({k: env.get(k, v) for k, v in vconfig.VLLM_CPU_ENV.items()})
+    if vcompile.cpu_vllm_rollout(spec):
+        env.update({k: env.get(k, v) for k, v in VLLM_CPU_ENV.items()})
     if spec.resources.gpus_per_node == 0:
         env.update({"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "OMP_NUM_THREADS": "1",
                     "MKL_NUM_THREADS": "1"})

@@ -47,6 +47,9 @@ PLACEHOLDERS = ("model", "port", "dtype", "seed", "max_model_len")
 # vLLM's OpenAI server for one checkpoint: on loopback (the sweep's process is its only client), at the sweep's
 # dtype, the spec's seed, and `--generation-config vllm` so the checkpoint's generation_config.json sets no
 # sampling default (every field is sent anyway)
+# vLLM's CPU build sizes its KV cache by this (GiB); unset, it reserves the memory-utilization share of host memory.
+# Every CPU engine twinrun starts (a served sweep's, TRL's colocated one, verl's rollout) sets it.
+VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 VLLM_COMMAND = ("vllm", "serve", "{model}", "--host", "127.0.0.1", "--port", "{port}", "--dtype", "{dtype}",
                 "--seed", "{seed}", "--max-model-len", "{max_model_len}", "--generation-config", "vllm")
 REQUEST_TIMEOUT_S = 600.0  # one curator turn (max_response_tokens of an 8B model, under load)
