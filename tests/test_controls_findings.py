@@ -609,34 +609,33 @@ def test_seed_model_recovers_a_profile_shared_at_a_seed():
     assert np.var(draw["a"] - draw["b"]) < 0.6 * np.var(undrawn["a"] - undrawn["b"])
 
 
-def test_the_committed_unpaired_negative_control_could_fail_and_does_not():
-    """The interim unpaired negative control (TRL seeds 0-2 against verl seeds 3-4, one machine): read independent,
-    not "differ", and its true split is not the one with the smallest F (its null can fail); the prose quotes both."""
+def _unpaired_reading(name):
+    """An unpaired negative control read independent: not "differ", no seed pairs, and its true split is not the one
+    with the smallest F among the 10 (its null can fail). -> (compare's framework entry, a, b, permutation check)"""
     permute = _module("permute")
-    an = _analyse()
-    c = _findings()["negative-unpaired-committed"]
+    c = _findings()[name]
     cmp = _cmp(c)
     assert c["seed_design"] == "independent" and cmp["verdict"] not in ("shapes differ", "co-move, profiles differ")
-    _, _, a, b, same = an.group_matrices(c)
+    _, _, a, b, same = _analyse().group_matrices(c)
     assert not same
     ind = permute.check(a, b, "independent")
     assert ind["n"] == 10 and ind["rank"] < ind["n"]
+    return cmp, a, b, ind
+
+
+def test_the_committed_unpaired_negative_control_could_fail_and_does_not():
+    """The interim unpaired negative control (TRL seeds 0-2 against verl seeds 3-4, one machine): read independent,
+    not "differ", and its true split is not the one with the smallest F (its null can fail); the prose quotes both."""
+    cmp, _, _, ind = _unpaired_reading("negative-unpaired-committed")
     assert (f'Read independent it says "no evidence either way" (p {cmp["interaction"]["p_value"]:.2f}), and its true '
             f"split ranks {ind['rank']} of {ind['n']}") in _text()
 
 
 def test_the_unpaired_negative_control_could_fail_and_does_not():
     """The unpaired negative control's own runs (TRL seeds 10-12 against verl seeds 20-22, trained on one machine),
-    read independent: the verdict is not "differ", its true split is not the one with the
-    smallest F (its null can fail), and the prose quotes the verdict, p and the rank."""
-    permute = _module("permute")
-    an = _analyse()
-    c = _findings()["negative-unpaired"]
-    cmp = _cmp(c)
-    assert c["seed_design"] == "independent" and cmp["verdict"] not in ("shapes differ", "co-move, profiles differ")
-    _, _, a, b, same = an.group_matrices(c)
-    assert not same and a.shape[0] == b.shape[0] == 3
-    ind = permute.check(a, b, "independent")
-    assert ind["n"] == 10 and ind["rank"] < ind["n"]
+    read independent: the verdict is not "differ", its true split is not the one with the smallest F (its null can
+    fail), and the prose quotes the verdict, p and the rank."""
+    cmp, a, b, ind = _unpaired_reading("negative-unpaired")
+    assert a.shape[0] == b.shape[0] == 3
     assert (f'The unpaired negative control says "{_short(cmp["verdict"])}" (p {cmp["interaction"]["p_value"]:.2f}) read '
             f"independent, and its true split ranks {ind['rank']} of {ind['n']}") in _text()
